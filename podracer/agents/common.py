@@ -1,0 +1,215 @@
+"""The one small module every agent shares: MLP builder, running normaliser, soft update, config
+checks, space (de)serialisation, and the thin base class that gives each agent save/load.
+
+The algorithm never lives here: each agent file reads top to bottom on its own.
+
+The agent interface (what ``podracer.train``, the tournament and notebooks rely on):
+
+- ``Agent(observation_space, action_space, config=None, device="cpu")`` — gymnasium spaces of
+  ONE sub-env (``env.single_observation_space``, ``env.single_action_space``).
+- ``act(obs, deterministic=False) -> actions`` — ``obs`` ``(N, obs_dim)`` on ``device``;
+  returns actions in the env's action space, ready for ``env.step``.
+- ``train_step(env, obs) -> (obs, metrics)`` — collect from the env starting at ``obs`` and
+  update once (PPO: one rollout and its epochs; off-policy: a chunk of steps with their
+  gradient updates). ``metrics`` is a flat dict of floats with namespaced keys
+  (``loss/policy``, ``loss/value``, ...) and always ``"env_steps"``: env steps taken in this call,
+  summed over sub-envs.
+- ``state_dict()`` / ``load_state_dict(state)`` — tensors and plain Python values only, so
+  ``torch.load(..., weights_only=True)`` reads it back: weights, optimizer, normalisers.
+- ``save(path)`` / ``Agent.load(path, device=None)`` — the above plus config and spaces.
+- Hyperparameters a tournament may perturb are config fields declared with
+  ``field(default=..., metadata={"mutable": (low, high)})``; ``set_hparams(**kw)`` applies
+  them to a live agent (for example to the optimizer's learning rate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+
+# ---------------------------------------------------------------------------- networks
+def layer_init(layer: nn.Linear, gain: float = float(np.sqrt(2)), bias: float = 0.0) -> nn.Linear:
+    """Orthogonal weights, constant bias: the PPO implementation-details default."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: type[nn.Module] = nn.Tanh,
+        out_gain: float = 1.0, orthogonal: bool = True) -> nn.Sequential:
+    """in_dim -> hidden... -> out_dim; ``activation`` between layers, none after the last."""
+    dims = [in_dim, *hidden]
+    layers: list[nn.Module] = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        lin = nn.Linear(a, b)
+        layers += [layer_init(lin) if orthogonal else lin, activation()]
+    last = nn.Linear(dims[-1], out_dim)
+    layers.append(layer_init(last, gain=out_gain) if orthogonal else last)
+    return nn.Sequential(*layers)
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging: theta_target <- tau * theta + (1 - tau) * theta_target."""
+    for t, s in zip(target.parameters(), source.parameters()):
+        t.lerp_(s, tau)
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and variance (parallel algorithm of Chan et al.) as buffers, so they travel
+    with ``state_dict``. ``normalize`` clips to ``[-clip, clip]`` after standardising."""
+
+    def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4, clip: float = 10.0):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(epsilon))
+        self.clip = clip
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, *self.mean.shape).to(self.mean.dtype)
+        batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean += delta * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+
+
+# ---------------------------------------------------------------------------- configs
+def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = None) -> Any:
+    """Build config ``cls`` from ``base`` (or defaults) plus ``overrides``; an unknown key is an
+    error that lists the valid ones, never silently ignored."""
+    overrides = dict(overrides or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid fields: {sorted(names)}")
+    if base is not None:
+        return dataclasses.replace(base, **overrides)
+    return cls(**overrides)
+
+
+def mutable_bounds(config: Any) -> dict[str, tuple[float, float]]:
+    """``{field: (low, high)}`` for the config fields declared mutable (tournament PBT)."""
+    return {f.name: tuple(f.metadata["mutable"]) for f in dataclasses.fields(config) if "mutable" in f.metadata}
+
+
+# ---------------------------------------------------------------------------- spaces
+def space_to_dict(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        return {"type": "Box", "low": np.asarray(space.low).tolist(), "high": np.asarray(space.high).tolist(),
+                "shape": list(space.shape)}
+    raise ValueError(f"unsupported space {space}; agents take Box or Discrete spaces")
+
+
+def space_from_dict(d: dict[str, Any]) -> gym.Space:
+    if d["type"] == "Discrete":
+        return gym.spaces.Discrete(d["n"], start=d["start"])
+    return gym.spaces.Box(np.asarray(d["low"], np.float32), np.asarray(d["high"], np.float32),
+                          shape=tuple(d["shape"]), dtype=np.float32)
+
+
+def require_space(agent: str, space: gym.Space, kinds: tuple[type, ...], hint: str) -> None:
+    """Clear error for an agent handed the wrong kind of action space."""
+    if not isinstance(space, kinds):
+        wanted = " or ".join(k.__name__ for k in kinds)
+        raise ValueError(f"{agent} needs a {wanted} action space, got {space}; {hint}")
+
+
+# ---------------------------------------------------------------------------- base class
+class AgentBase:
+    """Construction, config handling and save/load shared by all agents. One level deep:
+    each agent subclasses this and writes its own networks, losses and ``train_step``."""
+
+    name: ClassVar[str] = ""
+    config_cls: ClassVar[type] = object
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any = None,
+                 device: str | torch.device = "cpu"):
+        if config is None:
+            config = self.config_cls()
+        elif isinstance(config, dict):
+            config = make_config(self.config_cls, config)
+        elif not isinstance(config, self.config_cls):
+            raise TypeError(f"config must be a {self.config_cls.__name__} or dict, got {type(config).__name__}")
+        self.config = config
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.obs_dim = int(np.prod(observation_space.shape))
+
+    # -- interface the subclass fills in
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        raise NotImplementedError
+
+    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def set_hparams(self, **hparams: Any) -> None:
+        """Change config fields of a live agent; subclasses extend it to push values into
+        optimizers. Only fields declared mutable are accepted."""
+        bounds = mutable_bounds(self.config)
+        bad = sorted(set(hparams) - set(bounds))
+        if bad:
+            raise ValueError(f"{bad} not mutable for {type(self).__name__}; mutable: {sorted(bounds)}")
+        self.config = dataclasses.replace(self.config, **hparams)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """An agent is a policy: deterministic action for ``obs`` (for backtests and evaluation)."""
+        return self.act(obs, deterministic=True)
+
+    # -- persistence
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "agent": self.name,
+            "config": dataclasses.asdict(self.config),
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+            "state": self.state_dict(),
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(self.checkpoint(), tmp)
+        tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint at `path`
+        return path
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], device: str | torch.device | None = None) -> "AgentBase":
+        from podracer.agents.registry import get_agent_class
+
+        agent_cls = get_agent_class(ckpt["agent"]) if cls is AgentBase else cls
+        config = make_config(agent_cls.config_cls, ckpt["config"])
+        agent = agent_cls(space_from_dict(ckpt["observation_space"]), space_from_dict(ckpt["action_space"]),
+                          config, device=device or "cpu")
+        agent.load_state_dict(ckpt["state"])
+        return agent
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device | None = None) -> "AgentBase":
+        # weights_only=True: never unpickle arbitrary objects from a checkpoint file.
+        ckpt = torch.load(Path(path), map_location=device or "cpu", weights_only=True)
+        return cls.from_checkpoint(ckpt, device)

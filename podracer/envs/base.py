@@ -1,0 +1,122 @@
+"""The batched-tensor environment protocol, and a small base class that implements its checks.
+
+An env here is ``num_envs`` copies of one task stepped together as torch tensors on
+``env.device``. Names follow gymnasium's vector API so users recognise them:
+
+- ``num_envs``, ``device``, ``single_observation_space``, ``single_action_space``
+  (gymnasium spaces), ``metadata["autoreset_mode"] == "same_step"``.
+- ``reset(seed=None) -> (obs, info)``; ``obs`` is ``(num_envs, obs_dim)``.
+- ``step(actions) -> (obs, rewards, terminated, truncated, info)``; ``rewards`` float,
+  ``terminated`` and ``truncated`` bool, each ``(num_envs,)``.
+
+Same-step autoreset: when sub-env i ends (terminated or truncated), the ``obs[i]`` returned by
+that very step is already the first observation of its next episode. The true last observation
+is in ``info["final_obs"]``, a *dense* ``(num_envs, obs_dim)`` tensor (gymnasium uses an object
+array; dense is what a GPU wants), with the boolean mask ``info["_final_obs"]`` ``(num_envs,)``.
+Rows where the mask is False hold the same values as ``obs``, so ``final_obs`` can be used as
+"the next observation" for every env. Learners bootstrap truncated (not terminated) steps with
+``gamma * V(final_obs)``.
+
+Actions are checked once per step: shape, dtype, device and finiteness. A bad action raises a
+``ValueError`` naming the expected and received values, and leaves the env state untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+AUTORESET_MODE = "same_step"
+
+
+def check_actions(actions: Any, num_envs: int, space: gym.Space, device: torch.device) -> None:
+    """Raise ``ValueError`` unless ``actions`` is a valid batch of actions for ``space``.
+
+    Box spaces expect a floating tensor ``(num_envs, *space.shape)``; Discrete spaces expect an
+    integer tensor ``(num_envs,)``. Values must be finite (Box) or in range (Discrete).
+    """
+    if not isinstance(actions, torch.Tensor):
+        raise ValueError(
+            f"expected actions as a torch.Tensor on {device}, got {type(actions).__name__}; "
+            f"convert with torch.as_tensor(actions, device=env.device)"
+        )
+    if isinstance(space, gym.spaces.Discrete):
+        expected_shape: tuple[int, ...] = (num_envs,)
+        if actions.dtype.is_floating_point or actions.dtype == torch.bool:
+            raise ValueError(
+                f"expected integer actions (torch.int64) for a Discrete({space.n}) space, "
+                f"got dtype {actions.dtype}"
+            )
+    else:
+        expected_shape = (num_envs, *space.shape)
+        if not actions.dtype.is_floating_point:
+            raise ValueError(
+                f"expected floating actions (torch.float32) for a Box space, got dtype {actions.dtype}"
+            )
+    if tuple(actions.shape) != expected_shape:
+        raise ValueError(f"expected actions of shape {expected_shape}, got {tuple(actions.shape)}")
+    if actions.device != device:
+        raise ValueError(
+            f"expected actions on device {device}, got {actions.device}; move them with "
+            f".to(env.device)"
+        )
+    if isinstance(space, gym.spaces.Discrete):
+        # One host sync per step; the price of a clear error instead of an index crash.
+        if bool(((actions < space.start) | (actions >= space.start + space.n)).any()):
+            raise ValueError(
+                f"expected actions in [{space.start}, {space.start + space.n - 1}] for "
+                f"Discrete({space.n}), got values {actions.min().item()}..{actions.max().item()}"
+            )
+    elif not bool(torch.isfinite(actions).all()):
+        bad = (~torch.isfinite(actions)).reshape(num_envs, -1).any(dim=1).nonzero().flatten()
+        raise ValueError(
+            f"expected finite actions, got NaN or inf in sub-envs {bad[:8].tolist()}"
+            f"{' ...' if len(bad) > 8 else ''}"
+        )
+
+
+class TensorVecEnv:
+    """Shared plumbing for envs written as tensor code: device, spaces, seeding, action checks.
+
+    Subclasses set ``single_observation_space`` and ``single_action_space`` and implement
+    ``reset`` and ``step``. Randomness comes from ``self.rng``, a ``torch.Generator`` on the
+    env's device: ``reset(seed)`` reseeds it, so a whole batch is reproducible from one seed.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": AUTORESET_MODE}
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", validate_actions: bool = True):
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.validate_actions = validate_actions
+        self.rng = torch.Generator(device=self.device)
+        self.rng.seed()
+
+    def _seed(self, seed: int | None) -> None:
+        if seed is not None:
+            self.rng.manual_seed(int(seed))
+
+    def _uniform(self, low: float, high: float, shape: tuple[int, ...]) -> torch.Tensor:
+        u = torch.rand(shape, generator=self.rng, device=self.device, dtype=torch.float32)
+        return low + (high - low) * u
+
+    def _check(self, actions: torch.Tensor) -> None:
+        if self.validate_actions:
+            check_actions(actions, self.num_envs, self.single_action_space, self.device)
+
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.single_observation_space.shape))
+
+    def close(self) -> None:
+        """Nothing to release for pure tensor envs; here for gymnasium compatibility."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"

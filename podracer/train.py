@@ -1,0 +1,117 @@
+"""One pod: collect, update, evaluate, log, checkpoint.
+
+``iterate_training`` is the loop itself and yields one plain metrics dict per training step, so
+the tournament, notebooks and tests consume the same numbers. ``train`` drives it with a
+progress bar, CSV and TensorBoard logs and checkpoints, and returns the agent and its history.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from podracer.envs.wrappers import RecordEpisodeStatistics
+from podracer.evaluate import evaluate
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices). Call before building the agent so that the
+    initial weights are reproducible too."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = None, eval_every: int = 10_000,
+                     seed: int = 0, eval_seed: int = 10_000) -> Iterator[dict[str, float]]:
+    """Yield a metrics dict after every ``agent.train_step``.
+
+    Keys: ``global_step`` (env steps so far, summed over sub-envs), ``time/wall_s``,
+    ``time/train_s`` (excluding evaluation), ``charts/steps_per_second``, the agent's own
+    ``loss/...`` keys, ``charts/episodic_return`` when episodes finished, and ``eval/...`` keys
+    every ``eval_every`` steps and at the end (deterministic policy, ``eval_env.reset(eval_seed)``).
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps must be positive, got {total_steps}")
+    if not isinstance(env, RecordEpisodeStatistics):
+        env = RecordEpisodeStatistics(env)
+    obs, _ = env.reset(seed=seed)
+    steps, next_eval = 0, eval_every
+    start = time.perf_counter()
+    eval_time = 0.0
+    while steps < total_steps:
+        obs, metrics = agent.train_step(env, obs)
+        steps += int(metrics["env_steps"])
+        row: dict[str, float] = {"global_step": float(steps), **{k: float(v) for k, v in metrics.items()}}
+        returns, lengths = env.pop_finished()
+        if len(returns):
+            row["charts/episodic_return"] = returns.mean().item()
+            row["charts/episodic_length"] = lengths.float().mean().item()
+        if eval_env is not None and (steps >= next_eval or steps >= total_steps):
+            t = time.perf_counter()
+            row.update(evaluate(agent, eval_env, seed=eval_seed))
+            eval_time += time.perf_counter() - t
+            next_eval = (steps // eval_every + 1) * eval_every
+        wall = time.perf_counter() - start
+        row["time/wall_s"] = wall
+        row["time/train_s"] = wall - eval_time
+        row["charts/steps_per_second"] = steps / max(wall - eval_time, 1e-9)
+        yield row
+
+
+def train(agent: Any, env: Any, total_steps: int, eval_env: Any = None, eval_every: int = 10_000, seed: int = 0,
+          log_dir: str | Path | None = None, checkpoint_every: int | None = None, progress: bool = True,
+          target_return: float | None = None) -> tuple[Any, pd.DataFrame]:
+    """Train ``agent`` on ``env`` for ``total_steps`` env steps (summed over sub-envs).
+
+    With ``log_dir``: ``progress.csv`` (rewritten after each evaluation and at the end),
+    TensorBoard event files, and checkpoints ``checkpoints/step_<n>.pt`` every
+    ``checkpoint_every`` steps plus ``checkpoints/last.pt``. ``target_return`` stops training at
+    the first evaluation whose mean return reaches it. Returns ``(agent, history)``.
+    """
+    log_dir = Path(log_dir) if log_dir is not None else None
+    writer = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        from torch.utils.tensorboard import SummaryWriter  # imported lazily: slow, and only needed here
+
+        writer = SummaryWriter(str(log_dir / "tensorboard"))
+    rows: list[dict[str, float]] = []
+    next_ckpt = checkpoint_every or math.inf
+    bar = tqdm(total=total_steps, disable=not progress, unit="step", dynamic_ncols=True)
+    try:
+        for row in iterate_training(agent, env, total_steps, eval_env, eval_every, seed):
+            rows.append(row)
+            step = int(row["global_step"])
+            bar.update(step - bar.n)
+            if "eval/return_mean" in row:
+                bar.set_postfix(eval_return=f"{row['eval/return_mean']:.1f}")
+            if writer is not None:
+                for k, v in row.items():
+                    if k != "global_step":
+                        writer.add_scalar(k, v, step)
+            if log_dir is not None:
+                if step >= next_ckpt:
+                    agent.save(log_dir / "checkpoints" / f"step_{step}.pt")
+                    next_ckpt = (step // checkpoint_every + 1) * checkpoint_every
+                if "eval/return_mean" in row:
+                    pd.DataFrame(rows).to_csv(log_dir / "progress.csv", index=False)
+            if target_return is not None and row.get("eval/return_mean", -math.inf) >= target_return:
+                break
+    finally:
+        bar.close()
+        if writer is not None:
+            writer.close()
+    history = pd.DataFrame(rows)
+    if log_dir is not None:
+        history.to_csv(log_dir / "progress.csv", index=False)
+        agent.save(log_dir / "checkpoints" / "last.pt")
+    return agent, history
