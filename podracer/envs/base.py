@@ -78,6 +78,15 @@ def check_actions(actions: Any, num_envs: int, space: gym.Space, device: torch.d
         )
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"cuda"`` -> ``cuda:<current index>`` so that comparing with a tensor's device (always
+    indexed) works; other devices unchanged."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class TensorVecEnv:
     """Shared plumbing for envs written as tensor code: device, spaces, seeding, action checks.
 
@@ -94,7 +103,7 @@ class TensorVecEnv:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.validate_actions = validate_actions
         self.rng = torch.Generator(device=self.device)
         self.rng.seed()

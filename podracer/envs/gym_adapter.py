@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from podracer.envs.base import AUTORESET_MODE, check_actions
+from podracer.envs.base import AUTORESET_MODE, check_actions, resolve_device
 
 
 class GymVecEnvAdapter:
@@ -29,7 +29,7 @@ class GymVecEnvAdapter:
             )
         self.vec_env = vec_env
         self.num_envs = vec_env.num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.validate_actions = validate_actions
         self.single_observation_space = vec_env.single_observation_space
         self.single_action_space = vec_env.single_action_space

@@ -1,0 +1,357 @@
+"""Backtests: drive a policy through a test period deterministically, measure it, and set it
+beside baselines traded on the same dates with the same costs.
+
+``backtest(policy, env_or_close, ...)`` runs any policy (an agent with ``.act``, an ensemble, or
+a callable ``obs -> actions``) through a one-account evaluation ``StockTradingVecEnv`` from the
+first day to the last and returns a ``BacktestResult``: the account value per day, the positions,
+trades and costs, and the baselines:
+
+- ``equal_weight``: buy ``1/S`` of the cash in every stock on the first day (whole shares,
+  rounded down, paying ``cost_pct``) and hold;
+- ``min_variance``: the same, with the long-only minimum-variance weights fitted on the
+  training window's daily returns (needs ``train_close``);
+- ``index``: a benchmark close series (e.g. the S&P 500) rescaled to the initial cash.
+
+Conventions shared by every series here: ``account_value[d]`` is the account marked at the
+close of day ``d`` *before* that day's trades (so day 0 is the initial cash and costs paid on
+day d show from day d+1); ``positions[d]`` are the shares held after day d's trades;
+``trades[d]`` the signed shares traded at day d's close (none on the last day, the end).
+
+``result.metrics()`` uses empyrical (``import empyrical``, the empyrical-reloaded package) on the
+daily simple returns, annualised with ``bars_per_year`` (252 trading days).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finance.env import StockTradingVecEnv
+from podracer.evaluate import as_policy
+
+METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown",
+           "calmar", "turnover", "costs")
+
+
+# ---------------------------------------------------------------------------- the result
+@dataclasses.dataclass
+class BacktestResult:
+    """One strategy over one period. Every frame and series is indexed by date.
+
+    Attributes:
+        name: label in tables and plots.
+        account_value: (D,) account value at each close, before that day's trades.
+        positions: (D, S) shares held after each day's trades; None for a plain series.
+        trades: (D, S) signed shares traded at each day's close; None for a plain series.
+        costs: (D,) transaction costs paid at each day's close; None for a plain series.
+        close: (D, S) closes of the period (for weights and traded value).
+        baselines: other strategies on the same dates, by name.
+        bars_per_year: bars per year for annualisation (252 for daily bars).
+    """
+
+    name: str
+    account_value: pd.Series
+    positions: pd.DataFrame | None = None
+    trades: pd.DataFrame | None = None
+    costs: pd.Series | None = None
+    close: pd.DataFrame | None = None
+    baselines: dict[str, "BacktestResult"] = dataclasses.field(default_factory=dict)
+    bars_per_year: int = 252
+
+    def returns(self) -> pd.Series:
+        """Daily simple returns of the account value (first day dropped)."""
+        return self.account_value.pct_change().iloc[1:]
+
+    def weights(self) -> pd.DataFrame:
+        """(D, S) fraction of the account held in each stock after each day's trades."""
+        if self.positions is None or self.close is None:
+            raise ValueError(f"{self.name!r} has no positions (a plain value series)")
+        after_trade = self.account_value - self.costs  # costs leave the account at the trade
+        return (self.positions * self.close).div(after_trade, axis=0)
+
+    def traded_value(self) -> pd.Series:
+        """(D,) value traded each day, buys plus sells, at the day's close."""
+        if self.trades is None or self.close is None:
+            raise ValueError(f"{self.name!r} has no trades (a plain value series)")
+        return (self.trades.abs() * self.close).sum(axis=1)
+
+    def metrics(self) -> pd.Series:
+        """Performance of the account value, via empyrical, annualised with ``bars_per_year``.
+
+        ``cumulative_return``, ``annual_return`` (CAGR), ``annual_volatility``, ``sharpe`` and
+        ``sortino`` (risk-free 0), ``max_drawdown`` (negative), ``calmar``; ``turnover``: mean
+        daily traded value / account value, times ``bars_per_year`` (buy-and-hold: about 1 /
+        years); ``costs``: costs paid / initial value. The last two are NaN for plain series.
+        """
+        import empyrical  # the empyrical-reloaded package
+
+        r, b = self.returns(), self.bars_per_year
+        turnover = costs = float("nan")
+        if self.trades is not None:
+            turnover = float((self.traded_value() / self.account_value).mean() * b)
+            costs = float(self.costs.sum() / self.account_value.iloc[0])
+        return pd.Series({
+            "cumulative_return": float(empyrical.cum_returns_final(r)),
+            "annual_return": float(empyrical.annual_return(r, annualization=b)),
+            "annual_volatility": float(empyrical.annual_volatility(r, annualization=b)),
+            "sharpe": float(empyrical.sharpe_ratio(r, annualization=b)),
+            "sortino": float(empyrical.sortino_ratio(r, annualization=b)),
+            "max_drawdown": float(empyrical.max_drawdown(r)),
+            "calmar": float(empyrical.calmar_ratio(r, annualization=b)),
+            "turnover": turnover,
+            "costs": costs,
+        }, name=self.name)
+
+    def between(self, start: Any = None, end: Any = None) -> "BacktestResult":
+        """The same result, and its baselines, restricted to dates in [start, end]."""
+        def cut(x: Any) -> Any:
+            return None if x is None else x.loc[start:end]
+        return dataclasses.replace(
+            self, account_value=cut(self.account_value), positions=cut(self.positions), trades=cut(self.trades),
+            costs=cut(self.costs), close=cut(self.close),
+            baselines={k: v.between(start, end) for k, v in self.baselines.items()})
+
+    def plot(self, baselines: bool = True, max_tickers: int = 40):
+        """A matplotlib ``Figure``: growth of 1 vs the baselines, drawdown, positions heatmap.
+
+        Built without pyplot (no global figure state). A notebook shows it when it is the
+        cell's value once the inline backend is on (``%matplotlib inline``, or any pyplot
+        import); elsewhere ``fig.savefig(path)``.
+        """
+        from matplotlib.figure import Figure
+
+        others = list(self.baselines.values()) if baselines else []
+        has_pos = self.positions is not None and self.close is not None
+        fig = Figure(figsize=(10, 8.5 if has_pos else 6), layout="constrained")
+        axes = fig.subplots(3 if has_pos else 2, 1, sharex=False,
+                            gridspec_kw={"height_ratios": [3, 1.3, 2.2] if has_pos else [3, 1.3]})
+        ax_eq, ax_dd = axes[0], axes[1]
+        for res, style in [(self, {"lw": 2.0, "color": "black"})] + [(o, {"lw": 1.2, "alpha": 0.85}) for o in others]:
+            v = res.account_value
+            ax_eq.plot(v.index, v / v.iloc[0], label=res.name, **style)
+            ax_dd.plot(v.index, v / v.cummax() - 1.0, label=res.name, **style)
+        ax_eq.set_ylabel("growth of 1")
+        ax_eq.set_title(f"{self.name}: account value vs baselines (same dates, same costs)")
+        ax_eq.legend(loc="upper left", fontsize="small")
+        ax_eq.grid(alpha=0.3)
+        ax_dd.set_ylabel("drawdown")
+        ax_dd.grid(alpha=0.3)
+        if has_pos:
+            import matplotlib.dates as mdates
+
+            w = self.weights()
+            if w.shape[1] > max_tickers:  # the largest positions, in the data's ticker order
+                keep = set(w.abs().max().nlargest(max_tickers).index)
+                w = w[[t for t in w.columns if t in keep]]
+            x = self.account_value.index
+            numeric = isinstance(x, pd.DatetimeIndex)
+            x0, x1 = (mdates.date2num(x[0]), mdates.date2num(x[-1])) if numeric else (x[0], x[-1])
+            im = axes[2].imshow(w.to_numpy().T, aspect="auto", interpolation="nearest", cmap="viridis",
+                                extent=(x0, x1, len(w.columns) - 0.5, -0.5), vmin=0.0)
+            if numeric:
+                axes[2].xaxis_date()
+                ax_eq.sharex(axes[2])
+                ax_dd.sharex(axes[2])
+            axes[2].set_yticks(range(len(w.columns)), w.columns, fontsize="x-small")
+            axes[2].set_title("portfolio weights (fraction of account per stock)")
+            fig.colorbar(im, ax=axes[2], fraction=0.03)
+        return fig
+
+    def __repr__(self) -> str:
+        v = self.account_value
+        return (f"BacktestResult({self.name!r}, {v.index[0]} .. {v.index[-1]}, {len(v)} days, "
+                f"final value {v.iloc[-1]:,.2f}, baselines {list(self.baselines)})")
+
+
+# ---------------------------------------------------------------------------- baselines
+def buy_and_hold(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, initial_cash: float = 1e6,
+                 cost_pct: float = 1e-3, name: str = "buy_and_hold", bars_per_year: int = 252) -> BacktestResult:
+    """Spend ``weights[s] * initial_cash`` on stock s at the first close, hold to the end.
+
+    Whole shares, rounded down: ``floor(w * cash / (price * (1 + cost_pct)))``, so the cost is
+    inside the budget; the rounding remainder stays cash. The same arithmetic as the env fed
+    ``BuyAndHoldPolicy``, which is how ``tests/test_backtest.py`` cross-checks the env.
+    """
+    w = np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.float64)
+    if w.shape != (close.shape[1],) or (w < 0).any() or w.sum() > 1 + 1e-9:
+        raise ValueError(f"weights must be {close.shape[1]} non-negative numbers summing to <= 1, got {w}")
+    p = close.to_numpy(dtype=np.float64)
+    shares = np.floor(w * initial_cash / (p[0] * (1.0 + cost_pct)))
+    spent = float(shares @ p[0])
+    cash = initial_cash - spent * (1.0 + cost_pct)
+    value = cash + p @ shares
+    value[0] = initial_cash  # before the first trade
+    positions = pd.DataFrame(np.broadcast_to(shares, p.shape), index=close.index, columns=close.columns)
+    trades = pd.DataFrame(0.0, index=close.index, columns=close.columns)
+    trades.iloc[0] = shares
+    costs = pd.Series(0.0, index=close.index)
+    costs.iloc[0] = spent * cost_pct
+    return BacktestResult(name, pd.Series(value, index=close.index, name=name), positions, trades, costs, close,
+                          bars_per_year=bars_per_year)
+
+
+def min_variance_weights(train_close: pd.DataFrame) -> np.ndarray:
+    """Long-only minimum-variance weights (sum 1) from the daily returns of ``train_close``.
+
+    Solves ``min w' C w  s.t.  sum w = 1, w >= 0`` with scipy's SLSQP on the sample covariance.
+    """
+    from scipy.optimize import minimize
+
+    rets = train_close.pct_change().iloc[1:].to_numpy(dtype=np.float64)
+    if len(rets) < 2 * train_close.shape[1]:
+        raise ValueError(f"min-variance needs at least {2 * train_close.shape[1]} training days for "
+                         f"{train_close.shape[1]} stocks, got {len(rets)}; pass a longer train_close")
+    cov = np.cov(rets, rowvar=False) * 1e4  # per-cent^2 units: better conditioned for SLSQP
+    n = cov.shape[0]
+    res = minimize(lambda w: w @ cov @ w, np.full(n, 1.0 / n), jac=lambda w: 2 * cov @ w, method="SLSQP",
+                   bounds=[(0.0, 1.0)] * n, constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}],
+                   options={"ftol": 1e-12, "maxiter": 500})
+    if not res.success:
+        raise RuntimeError(f"min-variance optimisation failed: {res.message}")
+    w = np.clip(res.x, 0.0, None)
+    return w / w.sum()
+
+
+def index_baseline(benchmark: pd.Series, dates: pd.Index, initial_cash: float = 1e6, name: str = "index",
+                   bars_per_year: int = 252) -> BacktestResult:
+    """A benchmark close series on ``dates`` (last known close on each date), rescaled to start at
+    ``initial_cash``. No costs: an index is not traded."""
+    b = benchmark.sort_index()
+    b = b.reindex(b.index.union(dates)).ffill().reindex(dates)
+    if b.isna().any():
+        raise ValueError(f"benchmark has no value on or before {dates[0]}; pass a benchmark covering the test dates")
+    return BacktestResult(name, (b / b.iloc[0] * initial_cash).rename(name), bars_per_year=bars_per_year)
+
+
+# ---------------------------------------------------------------------------- policies
+class BuyAndHoldPolicy:
+    """Buy target weights of each account's starting cash (equal by default) on the first day
+    of every episode, then hold. A policy for ``env`` (reads its prices, cash and holdings).
+
+    Targets are whole shares, ``floor(w * cash / (price * (1 + cost_pct)))``, as in
+    ``buy_and_hold``; orders above ``max_trade_shares`` are spread over the first days, and after
+    a turbulence liquidation it buys back toward the same targets.
+    """
+
+    def __init__(self, env: StockTradingVecEnv, weights: Iterable[float] | None = None):
+        self.env = env
+        w = np.full(env.num_stocks, 1.0 / env.num_stocks) if weights is None else np.asarray(list(weights), float)
+        if w.shape != (env.num_stocks,) or (w < 0).any() or w.sum() > 1 + 1e-9:
+            raise ValueError(f"weights must be {env.num_stocks} non-negative numbers summing to <= 1, got {w}")
+        self.weights = torch.as_tensor(w, dtype=env.dtype, device=env.device)  # (S,)
+        self.target = torch.zeros(env.num_envs, env.num_stocks, dtype=env.dtype, device=env.device)  # (N, S)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        env = self.env
+        start = (env.elapsed == 0)[:, None]  # (N, 1) accounts on their first day
+        fresh = torch.floor(self.weights * env.cash[:, None] / (env.prices * (1.0 + env.cost_pct)))
+        self.target = torch.where(start, fresh, self.target)
+        return ((self.target - env.holdings) / env.max_trade_shares).clamp(0.0, 1.0).float()
+
+
+# ---------------------------------------------------------------------------- the backtest
+def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
+    a = torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a, device=env.device)
+    if a.dim() == 1:
+        a = a.unsqueeze(0)  # a single-account callable may return (S,)
+    return a.float() if a.dtype != torch.float32 else a
+
+
+@torch.no_grad()
+def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, features: pd.DataFrame | None = None,
+             turbulence: pd.Series | None = None, *, benchmark: pd.Series | None = None,
+             train_close: pd.DataFrame | None = None, name: str = "policy", bars_per_year: int = 252,
+             baselines: bool = True, **env_kwargs: Any) -> BacktestResult:
+    """Run ``policy`` deterministically from the first day to the last; return a ``BacktestResult``.
+
+    Args:
+        policy: an agent (its deterministic ``act`` is used), an ensemble, or any callable
+            ``obs (1, obs_dim) -> actions (1, S)`` (a tensor, or an array; ``(S,)`` is accepted).
+            A ``BuyAndHoldPolicy`` is re-pointed at the evaluation env (it reads env state).
+        env_or_close: a ``StockTradingVecEnv`` (its data and trading rules are reused in a
+            deterministic one-account copy, ``env.evaluation_env()``), or the test period's
+            closes (dates x tickers), with ``features``/``turbulence``/``env_kwargs`` for the env.
+        benchmark: a close series for the ``index`` baseline (e.g. ``finance.data.load_benchmark``).
+        train_close: the training window's closes for the ``min_variance`` baseline.
+        baselines: False skips all baselines.
+    """
+    if isinstance(env_or_close, StockTradingVecEnv):
+        if features is not None or turbulence is not None or env_kwargs:
+            raise ValueError("pass features, turbulence and env settings when building the env, not to "
+                             "backtest(env, ...)")
+        env = env_or_close.evaluation_env()
+    else:
+        env = StockTradingVecEnv(env_or_close, features, turbulence, num_envs=1, **env_kwargs)
+    act: Callable[[torch.Tensor], Any] = as_policy(policy)
+    if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at the copy
+        act = BuyAndHoldPolicy(env, policy.weights.cpu().numpy())
+
+    obs, info = env.reset()
+    steps = env.num_days - 1
+    values, holdings, trades, costs = [info["account_value"]], [], [], []
+    for _ in range(steps):
+        obs, _, _, truncated, info = env.step(_as_action(act(obs), env))
+        values.append(info["account_value"])
+        holdings.append(info["holdings"])
+        trades.append(info["trades"])
+        costs.append(info["costs"])
+    if not bool(truncated.all()):
+        raise RuntimeError("the evaluation episode did not end on the last day; this is a bug in the env")
+
+    dates, tickers = env.dates, env.tickers
+    S = env.num_stocks
+    h = torch.cat(holdings).cpu().numpy()  # (D-1, S)
+    positions = pd.DataFrame(np.vstack([h, h[-1:]]), index=dates, columns=tickers)  # held through the last day
+    tr = pd.DataFrame(np.vstack([torch.cat(trades).cpu().numpy(), np.zeros((1, S))]), index=dates, columns=tickers)
+    co = pd.Series(np.append(torch.cat(costs).cpu().numpy(), 0.0), index=dates, name="costs")
+    value = pd.Series(torch.cat(values).cpu().numpy(), index=dates, name=name)
+    close = env.close_frame()
+    result = BacktestResult(name, value, positions, tr, co, close, bars_per_year=bars_per_year)
+    if baselines:
+        ic, c = env.initial_cash, env.cost_pct
+        equal = np.full(S, 1.0 / S)
+        result.baselines["equal_weight"] = buy_and_hold(close, equal, ic, c, "equal_weight", bars_per_year)
+        if train_close is not None:
+            train_close = train_close[tickers] if isinstance(train_close, pd.DataFrame) else train_close
+            w = min_variance_weights(train_close)
+            result.baselines["min_variance"] = buy_and_hold(close, w, ic, c, "min_variance", bars_per_year)
+        if benchmark is not None:
+            result.baselines["index"] = index_baseline(benchmark, dates, ic, "index", bars_per_year)
+    return result
+
+
+def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool = True,
+            bars_per_year: int = 252) -> pd.DataFrame:
+    """A metrics table, one row per strategy.
+
+    ``items``: ``BacktestResult`` objects (with their baselines unless ``include_baselines`` is
+    False), account-value or price series (named by ``series.name``), or dicts name -> either.
+    Rows with the same name keep the first.
+    """
+    rows: dict[str, pd.Series] = {}
+
+    def add(name: str | None, item: Any) -> None:
+        if isinstance(item, BacktestResult):
+            rows.setdefault(name or item.name, item.metrics())
+            if include_baselines:
+                for b in item.baselines.values():
+                    rows.setdefault(b.name, b.metrics())
+        elif isinstance(item, pd.Series):
+            label = name or (str(item.name) if item.name is not None else f"series_{len(rows)}")
+            rows.setdefault(label, BacktestResult(label, item.astype(float), bars_per_year=bars_per_year).metrics())
+        else:
+            raise TypeError(f"compare takes BacktestResult, pd.Series or dict, got {type(item).__name__}")
+
+    for item in items:
+        if isinstance(item, dict):
+            for k, v in item.items():
+                add(str(k), v)
+        else:
+            add(None, item)
+    table = pd.DataFrame(rows).T
+    table.index.name = "strategy"
+    return table[list(METRICS)]

@@ -1,0 +1,173 @@
+"""finance.backtest: the env cross-check against buy-and-hold, metrics vs empyrical, baselines."""
+
+from __future__ import annotations
+
+import empyrical
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from finance.backtest import (BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare, index_baseline,
+                              min_variance_weights)
+from finance.env import StockTradingVecEnv
+
+
+def synthetic_close(T: int = 120, S: int = 6, seed: int = 0, start: str = "2018-01-02") -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    dates = pd.bdate_range(start, periods=T, name="date")
+    # Prices from about $3 to $900, so integer rounding matters for some stocks.
+    p0 = np.geomspace(3.0, 900.0, S)
+    return pd.DataFrame(p0 * np.exp(np.cumsum(rng.normal(2e-4, 0.02, (T, S)), axis=0)), index=dates,
+                        columns=[f"S{i}" for i in range(S)])
+
+
+# ---------------------------------------------------------------------------- the cross-check
+@pytest.mark.parametrize("cost_pct", [0.0, 1e-3])
+def test_buy_and_hold_through_the_env_reproduces_the_baseline(cost_pct):
+    """The env, driven by a buy-and-hold policy, must give the equal-weight buy-and-hold curve
+    computed directly in pandas: exactly (float64 rounding) with the same whole-share rounding
+    and costs, and within one share per stock of the frictionless fractional curve."""
+    close = synthetic_close()
+    ic = 1e6
+    env = StockTradingVecEnv(close, initial_cash=ic, cost_pct=cost_pct, max_trade_shares=10**6, num_envs=3)
+    result = backtest(BuyAndHoldPolicy(env), env, name="bh_env")
+    base = result.baselines["equal_weight"]
+    assert result.account_value.index.equals(close.index)
+    np.testing.assert_allclose(result.account_value.to_numpy(), base.account_value.to_numpy(), rtol=1e-13, atol=1e-9)
+    pd.testing.assert_frame_equal(result.positions, base.positions, check_names=False)
+    pd.testing.assert_frame_equal(result.trades, base.trades, check_names=False)
+    np.testing.assert_allclose(result.costs.to_numpy(), base.costs.to_numpy(), rtol=1e-13, atol=1e-9)
+
+    # Documented gap to the ideal (fractional shares, cost inside the budget): whole shares are
+    # rounded down, so the env holds less than the ideal by under one share per stock.
+    p = close.to_numpy()
+    ideal = ic / (1 + cost_pct) * (p / p[0]).mean(axis=1)
+    gap = ideal[1:] - result.account_value.to_numpy()[1:]
+    one_share_each = p[1:].sum(axis=1) + p[0].sum() * (1 + cost_pct)  # shares not bought + their cash
+    assert bool((np.abs(gap) <= one_share_each).all())
+    assert result.costs.iloc[0] == pytest.approx(cost_pct * (result.positions.iloc[0] * p[0]).sum(), rel=1e-12)
+
+
+def test_buy_and_hold_policy_spreads_large_orders_over_days():
+    close = synthetic_close(T=30, S=3)
+    env = StockTradingVecEnv(close, max_trade_shares=100, initial_cash=1e5)
+    result = backtest(BuyAndHoldPolicy(env), env)
+    target = buy_and_hold(close, np.full(3, 1 / 3), 1e5).positions.iloc[0]
+    assert (result.trades.to_numpy() >= 0).all() and (result.trades.to_numpy() <= 100).all()
+    assert result.trades.iloc[0].tolist() == np.minimum(target, 100).tolist()
+    assert result.positions.iloc[-1].tolist() == np.minimum(target, 100 * 29).tolist()  # 29 trading days
+
+
+# ---------------------------------------------------------------------------- metrics
+def test_metrics_agree_with_empyrical_and_by_hand():
+    rng = np.random.default_rng(1)
+    r = pd.Series(rng.normal(5e-4, 0.01, 500))
+    value = pd.Series(1000.0 * np.cumprod(np.r_[1.0, 1.0 + r.to_numpy()]),
+                      index=pd.bdate_range("2020-01-01", periods=501))
+    for bars in (252, 52):
+        m = BacktestResult("known", value, bars_per_year=bars).metrics()
+        rets = value.pct_change().iloc[1:]
+        assert m["cumulative_return"] == pytest.approx(value.iloc[-1] / value.iloc[0] - 1, rel=1e-12)
+        assert m["annual_return"] == pytest.approx((value.iloc[-1] / value.iloc[0]) ** (bars / 500) - 1, rel=1e-9)
+        assert m["annual_volatility"] == pytest.approx(rets.std(ddof=1) * np.sqrt(bars), rel=1e-9)
+        assert m["sharpe"] == pytest.approx(rets.mean() / rets.std(ddof=1) * np.sqrt(bars), rel=1e-9)
+        assert m["max_drawdown"] == pytest.approx((value / value.cummax() - 1).min(), rel=1e-9)
+        assert m["sortino"] == pytest.approx(empyrical.sortino_ratio(rets, annualization=bars), rel=1e-12)
+        assert m["calmar"] == pytest.approx(m["annual_return"] / -m["max_drawdown"], rel=1e-9)
+        assert np.isnan(m["turnover"]) and np.isnan(m["costs"])
+
+
+def test_turnover_and_costs_of_buy_and_hold():
+    close = synthetic_close(T=253)
+    res = buy_and_hold(close, np.full(6, 1 / 6), 1e6, 1e-3)
+    m = res.metrics()
+    # One full purchase over 252 daily returns: traded value / value on day 0 ~ 1, averaged over
+    # 253 days and annualised with 252: ~1 per year.
+    assert m["turnover"] == pytest.approx(res.traded_value().iloc[0] / 1e6 * 252 / 253, rel=1e-12)
+    assert m["turnover"] == pytest.approx(1.0, rel=1e-2)
+    assert m["costs"] == pytest.approx(1e-3 * res.traded_value().iloc[0] / 1e6, rel=1e-12)
+
+
+def test_compare_builds_a_table_with_baselines_and_series():
+    close = synthetic_close()
+    bench = close.mean(axis=1).rename("bench")
+    res = backtest(lambda obs: torch.zeros(1, 6), close, benchmark=bench, train_close=synthetic_close(seed=3),
+                   name="cash")
+    table = compare(res, close["S0"].rename("S0 price"))
+    assert list(table.index) == ["cash", "equal_weight", "min_variance", "index", "S0 price"]
+    assert table.loc["cash", "cumulative_return"] == 0.0 and table.loc["cash", "turnover"] == 0.0
+    assert list(compare(res, include_baselines=False).index) == ["cash"]
+    with pytest.raises(TypeError, match="compare takes"):
+        compare([1, 2])
+
+
+# ---------------------------------------------------------------------------- baselines
+def test_min_variance_weights_known_answer():
+    # Two assets with exactly uncorrelated, zero-mean returns of std a and b (sample cov is
+    # diagonal): w = (b^2, a^2) / (a^2 + b^2). A third with higher vol and perfect correlation
+    # to the first gets no weight.
+    x = np.tile([1.0, -1.0, 1.0, -1.0], 50)
+    y = np.tile([1.0, 1.0, -1.0, -1.0], 50)
+    a, b = 0.01, 0.02
+    rets = np.column_stack([a * x, b * y, 3 * a * x])
+    close = pd.DataFrame(100 * np.cumprod(1 + np.vstack([np.zeros(3), rets]), axis=0), columns=["A", "B", "C"])
+    w = min_variance_weights(close)
+    np.testing.assert_allclose(w, [b**2 / (a**2 + b**2), a**2 / (a**2 + b**2), 0.0], atol=1e-6)
+    with pytest.raises(ValueError, match="training days"):
+        min_variance_weights(close.iloc[:4])
+
+
+def test_index_baseline_rescales_and_fills_gaps():
+    dates = pd.bdate_range("2021-01-04", periods=5)
+    bench = pd.Series([100.0, 110.0, 99.0], index=[pd.Timestamp("2020-12-31"), dates[1], dates[3]])
+    res = index_baseline(bench, dates, initial_cash=50.0)
+    np.testing.assert_allclose(res.account_value.to_numpy(), [50.0, 55.0, 55.0, 49.5, 49.5], rtol=1e-14)
+    with pytest.raises(ValueError, match="no value on or before"):
+        index_baseline(bench.iloc[1:], dates)
+
+
+# ---------------------------------------------------------------------------- policies, plot
+def test_backtest_accepts_agents_and_numpy_callables_deterministically():
+    close = synthetic_close(T=40, S=4)
+
+    class Agent:
+        calls: list[bool] = []
+
+        def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+            self.calls.append(deterministic)
+            return torch.tanh(obs[:, 1 + 4:1 + 8] * 10)  # a function of the log prices
+
+    agent = Agent()
+    r1 = backtest(agent, close, max_trade_shares=50, name="agent")
+    r2 = backtest(agent, close, max_trade_shares=50, name="agent")
+    assert all(agent.calls) and len(agent.calls) == 2 * 39
+    pd.testing.assert_series_equal(r1.account_value, r2.account_value)
+    r3 = backtest(lambda obs: np.full(4, 0.3, np.float32), close, max_trade_shares=50)
+    assert (r3.trades.iloc[:-1] == 15).all().all()
+    w = r3.weights()
+    assert np.allclose(w.sum(axis=1) + (r3.account_value - r3.costs - (r3.positions * r3.close).sum(axis=1)) /
+                       (r3.account_value - r3.costs), 1.0)
+    with pytest.raises(ValueError, match="when building the env"):
+        backtest(agent, StockTradingVecEnv(close), cost_pct=0.0)
+
+
+def test_plot_and_window():
+    close = synthetic_close(T=60, S=4)
+    res = backtest(lambda obs: torch.full((1, 4), 0.2), close, benchmark=close.mean(axis=1), name="dca")
+    fig = res.plot()
+    assert len(fig.axes) == 4  # equity, drawdown, heatmap, colorbar
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["dca", "equal_weight", "index"]
+    part = res.between(close.index[10], close.index[30])
+    assert len(part.account_value) == 21 and len(part.baselines["index"].account_value) == 21
+    assert np.isfinite(part.metrics()["sharpe"])
+
+
+def test_widget_view_builds():
+    from finance.widgets import backtest_view
+
+    close = synthetic_close(T=40, S=3)
+    res = backtest(lambda obs: torch.full((1, 3), 0.1), close, name="a")
+    view = backtest_view(res, backtest(lambda obs: torch.zeros(1, 3), close, name="b"))
+    assert [o for o in view.children[0].children[0].options] == ["a", "b"]
