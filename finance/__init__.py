@@ -9,12 +9,13 @@ from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtes
 from finance.data import (FIELDS, SAMPLE_OHLCV_TICKERS, SAMPLE_TICKERS, DataError, DataUnavailableError,
                           DataWarning, load_benchmark, load_prices)
 from finance.env import StockTradingVecEnv
+from finance.market import MarketData, prepare_market, relative_features
 from finance.features import (DEFAULT_INDICATORS, FeatureScaler, add_features, split_by_date, turbulence,
                               warmup_days)
 
 __all__ = [
     "DEFAULT_INDICATORS", "FIELDS", "METRICS", "SAMPLE_OHLCV_TICKERS", "SAMPLE_TICKERS", "BacktestResult",
-    "BuyAndHoldPolicy", "DataError", "DataUnavailableError", "DataWarning", "FeatureScaler", "StockTradingVecEnv",
+    "BuyAndHoldPolicy", "DataError", "DataUnavailableError", "DataWarning", "FeatureScaler", "MarketData", "StockTradingVecEnv",
     "add_features", "backtest", "buy_and_hold", "compare", "index_baseline", "load_benchmark", "load_prices",
-    "min_variance_weights", "split_by_date", "turbulence", "warmup_days",
+    "min_variance_weights", "prepare_market", "relative_features", "split_by_date", "turbulence", "warmup_days",
 ]

@@ -1,0 +1,103 @@
+"""One call from tickers and dates to ready-to-trade splits: the preparation the demo, the
+notebooks and the tournament share.
+
+``prepare_market`` loads prices, computes the indicators and the turbulence index on the whole
+history (they are causal, so later rows never leak into earlier ones), rescales the price-level
+indicators to ratios of the close, fits the feature scaler on the training dates only, and
+splits by date. ``MarketData.env(...)`` then builds a ``StockTradingVecEnv`` on any split with
+the training split's ``price_scale``, so train, validation and test envs see the same numbers
+for the same price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finance.data import SAMPLE_TICKERS, load_benchmark, load_prices
+from finance.env import StockTradingVecEnv
+from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, split_by_date, turbulence
+
+DateRange = tuple[str | None, str | None]
+
+# Indicators measured in price units. Their level drifts with the price (a 2020 moving average
+# sits far outside the 2005-2016 training range), so we feed them as ratios to the close.
+PRICE_LEVEL = ("macd", "boll_ub", "boll_lb", "close_")
+
+
+@dataclass
+class MarketData:
+    """Closes, scaled features, turbulence and the index close for each split."""
+
+    close: dict[str, pd.DataFrame]  # split -> (dates, tickers)
+    features: dict[str, pd.DataFrame]  # split -> (dates, (feature, ticker)), scaled on train
+    turbulence: dict[str, pd.Series]  # split -> (dates,)
+    benchmark: dict[str, pd.Series] = field(default_factory=dict)  # split -> index close, if any
+    price_scale: np.ndarray | None = None  # first training close per ticker
+
+    @property
+    def tickers(self) -> list[str]:
+        return list(self.close["train"].columns)
+
+    def env(self, split: str = "train", num_envs: int = 1, device: str | torch.device = "cpu",
+            **env_kwargs: Any) -> StockTradingVecEnv:
+        """A ``StockTradingVecEnv`` on ``split``. For training pass ``random_start=True`` and an
+        ``episode_length``; the default is a deterministic run over the whole split."""
+        if split not in self.close:
+            raise ValueError(f"unknown split {split!r}; this market has {sorted(self.close)}")
+        return StockTradingVecEnv(self.close[split], self.features[split], self.turbulence[split],
+                                  num_envs=num_envs, device=device, price_scale=self.price_scale, **env_kwargs)
+
+    def describe(self) -> pd.DataFrame:
+        """First day, last day and number of days of each split."""
+        return pd.DataFrame({name: {"first": c.index[0].date(), "last": c.index[-1].date(), "days": len(c)}
+                             for name, c in self.close.items()}).T
+
+
+def relative_features(features: pd.DataFrame, close: pd.DataFrame) -> pd.DataFrame:
+    """Price-level indicators (MACD, Bollinger bands, moving averages) as ratios to the close:
+    ``x / close`` for MACD, ``x / close - 1`` for the others. Oscillators are unchanged."""
+    out = features.copy()
+    for name in features.columns.get_level_values(0).unique():
+        if name.startswith(PRICE_LEVEL):
+            ratio = features[name] / close[features[name].columns]
+            out[name] = ratio if name == "macd" else ratio - 1.0
+    return out
+
+
+def prepare_market(tickers: Sequence[str] = SAMPLE_TICKERS, source: str = "sample",
+                   train: DateRange = ("2005-01-01", "2016-12-31"),
+                   valid: DateRange = ("2017-01-01", "2018-12-31"),
+                   test: DateRange = ("2019-01-01", "2022-12-31"),
+                   indicators: Sequence[str] = DEFAULT_INDICATORS, history_start: str | None = "2000-01-01",
+                   turbulence_window: int = 252, relative: bool = True, **load_kwargs: Any) -> MarketData:
+    """Load, featurise, scale (on train only) and split one market.
+
+    ``history_start`` loads earlier days so indicators and the turbulence window are warm on
+    the first training day; those days are used for nothing else.
+    """
+    end = next(span[1] for span in (test, valid, train) if span is not None)
+    prices = load_prices(list(tickers), start=history_start, end=end, source=source, **load_kwargs)
+    close = prices["close"]
+    feats = add_features(prices, indicators)
+    if relative:
+        feats = relative_features(feats, close)
+    turb = turbulence(close, window=turbulence_window)
+    splits = split_by_date({"close": close, "features": feats, "turbulence": turb},
+                           train=train, valid=valid, test=test)
+    scaler = FeatureScaler().fit(splits["train"]["features"])
+    benchmark: dict[str, pd.Series] = {}
+    if source in ("sample", "yfinance"):
+        index = load_benchmark(history_start, end, source=source)
+        benchmark = {name: index.reindex(part["close"].index).ffill() for name, part in splits.items()}
+    return MarketData(
+        close={name: part["close"] for name, part in splits.items()},
+        features={name: scaler.transform(part["features"]) for name, part in splits.items()},
+        turbulence={name: part["turbulence"] for name, part in splits.items()},
+        benchmark=benchmark,
+        price_scale=splits["train"]["close"].iloc[0].to_numpy(),
+    )
