@@ -1,0 +1,52 @@
+"""prepare_market: splits in order, scaler fitted on the training dates only, shared price scale."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from finance import prepare_market, relative_features
+from finance.data import load_prices
+from finance.features import add_features
+
+TICKERS = ["AAPL", "JPM", "XOM"]
+SPANS = dict(train=("2010-01-01", "2014-12-31"), valid=("2015-01-01", "2015-12-31"), test=("2016-01-01", "2016-12-31"))
+
+
+@pytest.fixture(scope="module")
+def market():
+    return prepare_market(TICKERS, **SPANS)
+
+
+def test_splits_are_ordered_and_disjoint(market):
+    d = market.describe()
+    assert list(d.index) == ["train", "valid", "test"]
+    assert d.loc["train", "last"] < d.loc["valid", "first"] and d.loc["valid", "last"] < d.loc["test", "first"]
+    for split in ("train", "valid", "test"):
+        assert market.features[split].index.equals(market.close[split].index)
+        assert market.benchmark[split].notna().all()
+
+
+def test_scaler_fitted_on_train_only(market):
+    train = market.features["train"]
+    np.testing.assert_allclose(train.mean().to_numpy(), 0, atol=1e-6)
+    assert not np.allclose(market.features["test"].mean().to_numpy(), 0, atol=1e-3)
+    # Changing the test period does not change the training features.
+    other = prepare_market(TICKERS, train=SPANS["train"], valid=SPANS["valid"], test=("2016-01-01", "2018-12-31"))
+    pd.testing.assert_frame_equal(other.features["train"], train)
+
+
+def test_envs_share_the_training_price_scale(market):
+    train_env, test_env = market.env("train"), market.env("test")
+    np.testing.assert_allclose(np.asarray(train_env.price_scale), np.asarray(test_env.price_scale))
+    np.testing.assert_allclose(np.asarray(test_env.price_scale), market.close["train"].iloc[0].to_numpy())
+    with pytest.raises(ValueError, match="unknown split 'tset'"):
+        market.env("tset")
+
+
+def test_relative_features_are_ratios_to_close():
+    prices = load_prices(TICKERS, "2012-01-01", "2013-12-31", source="sample")
+    raw = add_features(prices)
+    rel = relative_features(raw, prices["close"])
+    np.testing.assert_allclose(rel["close_30_sma"].to_numpy(), (raw["close_30_sma"] / prices["close"] - 1).to_numpy())
+    np.testing.assert_allclose(rel["macd"].to_numpy(), (raw["macd"] / prices["close"]).to_numpy())
+    pd.testing.assert_frame_equal(rel["rsi_30"], raw["rsi_30"])
