@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m podracer.demo
+	$(BIN)/python -m finance.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider
@@ -25,8 +25,16 @@ test: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
-bench: $(STAMP)
-	for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+# FinRL's env file for benchmarks/stock_env.py: the package without its heavy dependencies,
+# in a folder of its own (never imported as a package, loaded by path).
+FINRL_DIR := $(VENV)/finrl-src
+$(FINRL_DIR): | $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(FINRL_DIR) finrl==0.3.7
+
+bench: $(STAMP) $(FINRL_DIR)
+	for f in benchmarks/*.py; do echo "== $$f"; \
+	  FINRL_ENV_FILE=$(FINRL_DIR)/finrl/meta/env_stock_trading/env_stocktrading.py OMP_WAIT_POLICY=PASSIVE \
+	  $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs *.egg-info

@@ -1,0 +1,150 @@
+"""The ``podracer`` console command (also ``python -m podracer``).
+
+Train one pod and evaluate it, or evaluate a saved checkpoint::
+
+    podracer train ppo pendulum --steps 300000 --num-envs 256 --seed 0 --log-dir runs/ppo_pendulum
+    podracer train ppo cartpole --set learning_rate=1e-3 --set hidden_sizes=[128,128]
+    podracer eval runs/ppo_pendulum/checkpoints/last.pt pendulum --episodes 32
+
+``ENV`` is a tensor env ("pendulum", "cartpole") or any registered gymnasium id (through the
+adapter). When the agent has a tuned preset for ``ENV`` (``PPO.presets``), its config, sub-env
+count and training length are the defaults; ``--num-envs``, ``--steps`` and ``--set`` override them
+(a preset's learning-rate annealing is stretched to ``--steps``). Torch runs on one CPU thread
+unless ``--threads`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+
+def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> dict, values parsed as YAML (``1e-3``, ``true``, ``[64, 64]``)."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects key=value (for example --set learning_rate=1e-3), got {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def _fmt_eval(result: dict[str, float]) -> str:
+    return (f"return {result['eval/return_mean']:.1f} ± {result['eval/return_std']:.1f} over "
+            f"{int(result['eval/episodes'])} episodes (mean length {result['eval/length_mean']:.0f})")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    import podracer
+    from podracer.agents.registry import get_agent_class
+
+    try:
+        agent_cls = get_agent_class(args.agent)
+    except ValueError as err:  # the message lists the available agents
+        raise SystemExit(f"podracer train: {err}") from None
+    preset = getattr(agent_cls, "presets", {}).get(args.env.lower())  # presets are optional per agent
+    num_envs = args.num_envs or (preset.num_envs if preset else 16)
+    steps = args.steps or (preset.total_steps if preset else 100_000)
+    overrides = _parse_overrides(args.set)
+    config = {**(preset.config if preset else {}), **overrides}
+    if config.get("anneal_steps") and "anneal_steps" not in overrides:
+        config["anneal_steps"] = steps  # the preset anneals over its own length: stretch it to --steps
+    log_dir = Path(args.log_dir or f"runs/{args.agent.lower()}_{args.env.lower()}_seed{args.seed}")
+
+    torch.set_num_threads(args.threads)
+    try:  # an unknown env name or --set key: the messages list the valid ones
+        env = podracer.make_env(args.env, num_envs=num_envs, device=args.device)
+        eval_env = podracer.make_env(args.env, num_envs=args.eval_episodes, device=args.device)
+        podracer.seed_everything(args.seed)
+        agent = podracer.make_agent(agent_cls, env, **config)
+    except ValueError as err:
+        raise SystemExit(f"podracer train: {err}") from None
+    print(f"training {agent_cls.__name__} on {args.env} ({num_envs} sub-envs, {steps} steps, "
+          f"{'preset ' + repr(args.env.lower()) if preset else 'default config'}) -> {log_dir}")
+    agent, history = podracer.train(agent, env, steps, eval_env=eval_env, eval_every=args.eval_every,
+                                    seed=args.seed, log_dir=log_dir, checkpoint_every=args.checkpoint_every,
+                                    progress=not args.no_progress, target_return=args.target_return)
+    last_eval = history.dropna(subset=["eval/return_mean"]).iloc[-1]
+    final = {k: float(v) for k, v in last_eval.items() if k.startswith("eval/")}
+    last = history.iloc[-1]
+    print(f"final eval after {int(last['global_step'])} steps ({last['time/wall_s']:.1f} s, "
+          f"{last['charts/steps_per_second']:.0f} steps/s): {_fmt_eval(final)}")
+    print(f"checkpoint: {log_dir / 'checkpoints' / 'last.pt'}; progress: {log_dir / 'progress.csv'}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    import podracer
+    from podracer.agents.common import AgentBase
+
+    path = Path(args.checkpoint)
+    if not path.is_file():
+        raise SystemExit(f"podracer eval: no checkpoint at {path}; train one with `podracer train ... --log-dir DIR` "
+                         f"and pass DIR/checkpoints/last.pt")
+    torch.set_num_threads(args.threads)
+    agent = AgentBase.load(path, device=args.device)
+    try:
+        env = podracer.make_env(args.env, num_envs=args.episodes, device=args.device)
+    except ValueError as err:
+        raise SystemExit(f"podracer eval: {err}") from None
+    if env.single_observation_space.shape != agent.observation_space.shape:
+        raise SystemExit(f"podracer eval: checkpoint expects observations of shape {agent.observation_space.shape}, "
+                         f"env {args.env!r} gives {env.single_observation_space.shape}")
+    print(f"{agent.name} from {path} on {args.env}: {_fmt_eval(podracer.evaluate(agent, env, seed=args.seed))}")
+    return 0
+
+
+THREADS_HELP = ("torch CPU threads (default 1: on small MLPs more threads mostly add overhead, and on a busy "
+                "machine contention)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podracer", description="Train and evaluate Podracer agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train one pod",
+                       description="Train AGENT on ENV; log and checkpoint to --log-dir.")
+    t.add_argument("agent", help="agent name, e.g. ppo")
+    t.add_argument("env", help='tensor env ("pendulum", "cartpole") or a gymnasium id')
+    t.add_argument("--steps", type=int, default=None, help="env steps summed over sub-envs (default: preset or 100000)")
+    t.add_argument("--num-envs", type=int, default=None, help="sub-envs stepped together (default: preset or 16)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--log-dir", default=None, help="default runs/<agent>_<env>_seed<seed>")
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    t.add_argument("--eval-every", type=int, default=20_000, help="env steps between evaluations")
+    t.add_argument("--eval-episodes", type=int, default=16, help="episodes per evaluation (one per eval sub-env)")
+    t.add_argument("--checkpoint-every", type=int, default=None, help="env steps between extra checkpoints")
+    t.add_argument("--target-return", type=float, default=None, help="stop at the first eval reaching this")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, value as YAML (repeatable)")
+    t.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint", description="Deterministic evaluation of a saved agent.")
+    e.add_argument("checkpoint", help="a .pt file written by agent.save / podracer train")
+    e.add_argument("env", help='tensor env ("pendulum", "cartpole") or a gymnasium id')
+    e.add_argument("--episodes", type=int, default=16, help="episodes (one per sub-env)")
+    e.add_argument("--seed", type=int, default=10_000)
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    e.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

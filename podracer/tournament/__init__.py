@@ -1,0 +1,17 @@
+"""Many pods, one leaderboard: population based training on one machine (and later a cluster).
+
+``Tournament`` drives pods (``Pod``) through a backend; they share a ``Leaderboard`` (SQLite +
+checkpoints) from which each generation selects a parent and to which it submits its result.
+``Ensemble`` combines the best entries into one policy.
+"""
+
+from podracer.tournament.checkpoints import CheckpointError
+from podracer.tournament.config import TournamentConfig
+from podracer.tournament.ensemble import Ensemble
+from podracer.tournament.leaderboard import Entry, Leaderboard
+from podracer.tournament.pod import Pod, PodSpec
+from podracer.tournament.selection import mutate, select_parent
+from podracer.tournament.tournament import Tournament
+
+__all__ = ["CheckpointError", "Ensemble", "Entry", "Leaderboard", "Pod", "PodSpec", "Tournament", "TournamentConfig",
+           "mutate", "select_parent"]

@@ -1,0 +1,201 @@
+"""``TournamentConfig``: every setting of a tournament, saved as YAML in its store so that a run
+can be reproduced (and resumed) from the store alone. Also the small helpers that turn agents
+and env factories into names a YAML file and a freshly spawned process can resolve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import os
+import pickle
+import sys
+from dataclasses import field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from podracer.tournament.selection import SELECTIONS
+
+# Fields that may differ between two runs on the same store (resuming with a bigger budget or
+# more pods is fine); any other difference means a different experiment and is refused.
+RUN_FIELDS = ("pods", "generations", "time_budget", "threads_per_pod", "replace_failed", "max_failures", "backend")
+
+
+@dataclasses.dataclass
+class TournamentConfig:
+    agent: str = "ppo"  # registry name ("ppo") or import path "package.module:Class"
+    agent_config: dict[str, Any] = field(default_factory=dict)  # overrides of the agent's config fields
+    pods: int = 4  # pods training at once
+    generation_steps: int = 20_000  # env steps (summed over sub-envs) per generation, before each submission
+    generations: int | None = 10  # generations per pod: the run ends when the board holds pods * generations
+    time_budget: float | None = None  # seconds; pods finish their current generation, then stop
+    seed: int = 0  # each generation is seeded from (seed, ticket id)
+    threads_per_pod: int | None = None  # torch threads in each pod; None: cpu_count // pods, at least 1
+    selection: str = "softmax"  # "softmax" over standardised scores of the top_k, or uniform "topk"
+    top_k: int = 5  # parents are drawn from the best top_k entries
+    temperature: float = 1.0  # softmax temperature, 0.3-3: lower is greedier
+    explore_prob: float = 0.05  # chance a generation starts from a fresh agent instead of a parent
+    perturb_factors: tuple[float, ...] = (0.8, 1.25)  # PBT: each mutable hparam is multiplied by one of these
+    resample_prob: float = 0.1  # PBT: chance a hparam is redrawn from its bounds instead
+    eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
+    replace_failed: bool = True  # start a new pod when one dies
+    max_failures: int = 5  # give up (raise) after this many pod deaths in one run
+    backend: str = "local"  # "local" (processes on this machine); "ray" is planned
+    make_env: dict[str, Any] | None = None  # import spec of the env factory, filled in by Tournament
+    make_eval_env: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.agent_config = _plain(self.agent_config)
+        self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
+        if self.pods < 1:
+            raise ValueError(f"pods must be >= 1, got {self.pods}")
+        if self.generation_steps < 1:
+            raise ValueError(f"generation_steps must be >= 1, got {self.generation_steps}")
+        if self.generations is None and self.time_budget is None:
+            raise ValueError("give generations=... or time_budget=... (or both): the run needs a budget")
+        if self.generations is not None and self.generations < 1:
+            raise ValueError(f"generations must be >= 1 or None, got {self.generations}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.selection!r}; use one of {SELECTIONS}")
+        if not 0.0 <= self.explore_prob <= 1.0 or not 0.0 <= self.resample_prob <= 1.0:
+            raise ValueError("explore_prob and resample_prob are probabilities: use values in [0, 1]")
+        if self.top_k < 1 or self.temperature <= 0 or any(f <= 0 for f in self.perturb_factors):
+            raise ValueError("top_k must be >= 1, temperature > 0 and perturb_factors positive")
+
+    @property
+    def budget(self) -> int | None:
+        """Entries the finished board holds; ``None`` when only ``time_budget`` bounds the run."""
+        return None if self.generations is None else self.pods * self.generations
+
+    @property
+    def threads(self) -> int:
+        return self.threads_per_pod or max(1, (os.cpu_count() or 1) // self.pods)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TournamentConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown TournamentConfig field(s) {unknown}; valid fields: {sorted(names)}")
+        return cls(**d)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | Path) -> "TournamentConfig":
+        """From YAML text or a path to a YAML file."""
+        source = text_or_path
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
+            source = Path(source).read_text()
+        return cls.from_dict(yaml.safe_load(source))
+
+    def differences(self, other: "TournamentConfig") -> list[str]:
+        """Fields outside ``RUN_FIELDS`` whose values differ (an env spec unknown on either side is skipped)."""
+        a, b = self.to_dict(), other.to_dict()
+        diff = []
+        for k in a:
+            if k in RUN_FIELDS or (k in ("make_env", "make_eval_env") and (a[k] is None or b[k] is None)):
+                continue
+            if a[k] != b[k]:
+                diff.append(f"{k}: {a[k]!r} != {b[k]!r}")
+        return diff
+
+
+def _plain(x: Any) -> Any:
+    """Tuples to lists, recursively: YAML-safe and equal after a round trip."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+# ---------------------------------------------------------------------------- agents
+def agent_name(agent: str | type) -> str:
+    """The name a config stores for ``agent``: its registry name, else ``"module:Class"``."""
+    from podracer.agents.registry import AGENTS
+
+    if isinstance(agent, str):
+        resolve_agent(agent)  # fail now, with the registry's message, not in every pod
+        return agent.lower() if ":" not in agent else agent
+    path = f"{agent.__module__}:{agent.__qualname__}"
+    for name, (target, *_rest) in AGENTS.items():
+        if target == path:
+            return name
+    if agent.__module__ == "__main__" or "<locals>" in agent.__qualname__:
+        raise ValueError(f"agent class {agent.__qualname__} must be importable by the pod processes: define it "
+                         f"in a .py module (not a notebook cell or a function) or register it in podracer.AGENTS")
+    return path
+
+
+def resolve_agent(name: str) -> type:
+    """The agent class for a registry name or an ``"module:Class"`` path."""
+    if ":" in name:
+        return import_path(name)
+    from podracer.agents.registry import get_agent_class
+
+    return get_agent_class(name)
+
+
+# ---------------------------------------------------------------------------- env factories
+def check_picklable(fn: Callable[[], Any], what: str) -> None:
+    """Raise a ValueError that says how to fix it unless a spawned process can receive ``fn``."""
+    if not callable(fn):
+        raise TypeError(f"{what} must be a callable returning an env, got {type(fn).__name__}")
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    qualname = getattr(target, "__qualname__", type(target).__name__)
+    fix = (f"define {what} as a module-level function in a .py file, or use functools.partial, e.g. "
+           f"functools.partial(podracer.make_env, 'pendulum', num_envs=64)")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise ValueError(f"{what} ({qualname}) cannot be sent to the pod processes (they start with spawn and "
+                         f"receive it pickled); {fix}")
+    main = sys.modules.get("__main__")
+    if getattr(target, "__module__", None) == "__main__" and not hasattr(main, "__file__"):
+        raise ValueError(f"{what} ({qualname}) is defined in a notebook or interactive session, which the "
+                         f"spawned pod processes cannot import; {fix}")
+    try:
+        pickle.loads(pickle.dumps(fn))
+    except Exception as e:
+        raise ValueError(f"{what} is not picklable ({type(e).__name__}: {e}); {fix}") from e
+
+
+def callable_spec(fn: Callable[..., Any]) -> dict[str, Any] | None:
+    """``{"function": "module:qualname", "args": [...], "kwargs": {...}}`` for a module-level
+    function or a ``functools.partial`` of one with YAML-safe arguments; ``None`` otherwise."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    if isinstance(fn, functools.partial):
+        args, kwargs, fn = list(fn.args), dict(fn.keywords), fn.func
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    spec = {"function": f"{module}:{qualname}", "args": _plain(args), "kwargs": _plain(kwargs)}
+    try:
+        yaml.safe_dump(spec)
+    except yaml.YAMLError:
+        return None
+    return spec
+
+
+def resolve_callable(spec: dict[str, Any]) -> Callable[[], Any]:
+    """Inverse of ``callable_spec``."""
+    return functools.partial(import_path(spec["function"]), *spec.get("args", []), **spec.get("kwargs", {}))
+
+
+def import_path(path: str) -> Any:
+    """The object named by ``"package.module:Qual.name"``."""
+    module, qualname = path.split(":", 1)
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj

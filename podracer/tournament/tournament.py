@@ -1,0 +1,256 @@
+"""``Tournament``: a pool of pods training against one leaderboard, elastic and resumable.
+
+The driver (this class, in your process) starts pods through a backend, watches them, replaces
+the ones that die, adds or stops pods on request and ends when the board holds its budget of
+entries. The budget is ``pods * generations`` entries, counted from the board itself: a run that
+was interrupted resumes where the board stands, and elastically added pods simply finish it
+sooner. The pods themselves need nothing from the driver but the store; see ``pod.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from podracer.agents.common import make_config
+from podracer.tournament.backends import make_backend
+from podracer.tournament.checkpoints import CheckpointError
+from podracer.tournament.config import (TournamentConfig, agent_name, callable_spec, check_picklable,
+                                        resolve_agent, resolve_callable)
+from podracer.tournament.ensemble import Ensemble
+from podracer.tournament.leaderboard import Leaderboard
+from podracer.tournament.pod import PodSpec
+from podracer.tournament.progress import Progress
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory lock; one driver per store is then on the user
+    fcntl = None
+
+
+class Tournament:
+    """Train ``pods`` agents at once; each generation starts from a good entry of the shared
+    leaderboard with perturbed hyperparameters (population based training).
+
+    ``make_env`` / ``make_eval_env`` build a pod's batched training and validation envs. They
+    must be picklable (module-level functions or ``functools.partial``) because every pod is a
+    new process. Any other ``TournamentConfig`` field can be passed as a keyword argument.
+    ``store`` is a directory: run again with the same store and settings to resume.
+    """
+
+    def __init__(self, make_env: Callable[[], Any], make_eval_env: Callable[[], Any], agent: str | type = "ppo",
+                 pods: int = 4, generation_steps: int = 20_000, generations: int | None = 10,
+                 time_budget: float | None = None, store: str | Path = "runs/tournament", backend: str = "local",
+                 agent_config: dict[str, Any] | None = None, seed: int = 0, **options: Any):
+        check_picklable(make_env, "make_env")
+        check_picklable(make_eval_env, "make_eval_env")
+        self.make_env, self.make_eval_env = make_env, make_eval_env
+        self.config = TournamentConfig(
+            agent=agent_name(agent), agent_config=dict(agent_config or {}), pods=pods,
+            generation_steps=generation_steps, generations=generations, time_budget=time_budget, seed=seed,
+            backend=backend, make_env=callable_spec(make_env), make_eval_env=callable_spec(make_eval_env), **options)
+        make_config(resolve_agent(self.config.agent).config_cls, self.config.agent_config)  # unknown keys: error now
+        make_backend(backend)  # an unknown or unavailable backend fails here, not in run()
+        self.store = Path(store)
+        self.board = Leaderboard(self.store)
+        saved = self.store / "tournament.yaml"
+        if saved.exists():
+            diff = TournamentConfig.from_yaml(saved).differences(self.config)
+            if diff:
+                raise ValueError(f"{saved} describes a different tournament ({'; '.join(diff)}); use a new store, "
+                                 f"or Tournament.from_store({str(self.store)!r}) to resume that one")
+        self.config.to_yaml(saved)
+        self._target = self.config.pods
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.poll_s = 0.2
+
+    @classmethod
+    def from_store(cls, store: str | Path, make_env: Callable[[], Any] | None = None,
+                   make_eval_env: Callable[[], Any] | None = None, **overrides: Any) -> "Tournament":
+        """Rebuild a tournament from ``store/tournament.yaml`` (to resume or extend it). The env
+        factories are re-imported from the file unless given; ``overrides`` change run fields
+        such as ``generations`` or ``pods``."""
+        cfg = TournamentConfig.from_yaml(Path(store) / "tournament.yaml").to_dict()
+        env_specs = {k: cfg.pop(k) for k in ("make_env", "make_eval_env")}
+        factories = {"make_env": make_env, "make_eval_env": make_eval_env}
+        for k, fn in factories.items():
+            if fn is None:
+                if env_specs[k] is None:
+                    raise ValueError(f"{store}/tournament.yaml has no import spec for {k} (it was not a module-level "
+                                     f"function or partial); pass {k}=... to from_store")
+                factories[k] = resolve_callable(env_specs[k])
+        return cls(**factories, store=store, **{**cfg, **overrides})
+
+    def __repr__(self) -> str:
+        return f"Tournament({self.config.agent!r}, pods={self._target}, store={str(self.store)!r}, board={len(self.board)})"
+
+    # ------------------------------------------------------------------------ running
+    def run(self, progress: str | None = "auto") -> Leaderboard:
+        """Run until the board holds ``pods * generations`` entries or ``time_budget`` seconds
+        pass, then return the board. Ctrl-C kills the pods (their current generations are lost,
+        the board stays consistent) and re-raises; ``run()`` again to resume."""
+        with self._driver_lock():
+            self._stop.clear()
+            return self._drive(progress)
+
+    def start(self, progress: str | None = None) -> "Tournament":
+        """``run()`` in a background thread; use ``add_pods``, ``remove_pods``, ``stop`` and
+        ``wait`` meanwhile."""
+        if self.running:
+            raise RuntimeError("this tournament is already running")
+        self._thread = threading.Thread(target=self.run, args=(progress,), name="podracer-tournament", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> Leaderboard:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.board
+
+    def stop(self) -> None:
+        """Ask every pod to stop after its current generation; ``run`` then returns."""
+        self._stop.set()
+
+    def add_pods(self, n: int = 1) -> None:
+        """Train with ``n`` more pods (now if running, else in the next ``run``)."""
+        with self._lock:
+            self._target += n
+
+    def remove_pods(self, n: int = 1) -> None:
+        """Train with ``n`` fewer pods; the removed ones finish their current generation first."""
+        with self._lock:
+            self._target = max(0, self._target - n)
+
+    @property
+    def pods(self) -> int:
+        return self._target
+
+    def _drive(self, progress_mode: str | None) -> Leaderboard:
+        cfg, board = self.config, self.board
+        backend = make_backend(cfg.backend)
+        budget = cfg.budget
+        board.set_budget(budget)
+        board.release_tickets()  # tickets of an earlier driver's pods: those generations are lost
+        board.retire_pods()  # rows of an earlier driver's pods: none may claim tickets any more
+        handles: dict[int, Any] = {}
+        stopping: set[int] = set()
+        failures, start = 0, time.monotonic()
+        progress = Progress(board, budget, progress_mode)
+        try:
+            while True:
+                for pod, handle in list(handles.items()):
+                    code = backend.poll(handle)
+                    if code is None:
+                        continue
+                    del handles[pod]
+                    board.release_tickets(pod)
+                    failed = code != 0
+                    board.set_pod(pod, status="failed" if failed else "exited", exitcode=code, ended_at=time.time())
+                    if failed:
+                        failures += 1
+                        error = board.pod_error(pod)
+                        warnings.warn(f"pod {pod} died (exit code {code}); its current generation is lost"
+                                      + (f":\n{error}" if error else ""), RuntimeWarning, stacklevel=2)
+                        if failures > cfg.max_failures:
+                            raise RuntimeError(f"{failures} pods died (max_failures={cfg.max_failures}); last error:\n"
+                                               f"{error or f'exit code {code}'}")
+                        if not cfg.replace_failed and pod not in stopping:
+                            self.remove_pods(1)
+                    stopping.discard(pod)
+                out_of_time = cfg.time_budget is not None and time.monotonic() - start > cfg.time_budget
+                if (out_of_time or self._stop.is_set()) and len(stopping) < len(handles):
+                    board.request_stop()
+                    stopping |= set(handles)
+                remaining = math.inf if budget is None else budget - len(board)
+                winding_down = out_of_time or self._stop.is_set() or remaining <= 0
+                active = sorted(set(handles) - stopping)
+                wanted = 0 if winding_down else min(self._target, remaining)
+                while len(active) < wanted:
+                    pod = board.register_pod()
+                    handles[pod] = backend.start(PodSpec(str(self.store), pod, cfg, self.make_env,
+                                                         self.make_eval_env, threads=cfg.threads))
+                    active.append(pod)
+                for pod in [] if winding_down else active[self._target:]:  # remove_pods: the newest go
+                    board.request_stop(pod)
+                    stopping.add(pod)
+                if not handles and (winding_down or self._target == 0):
+                    break
+                progress.update(len(handles))
+                time.sleep(self.poll_s)
+        except BaseException:
+            # Ctrl-C or an error: kill the pods now. Their tickets are released, their files
+            # without rows are orphans, every row on the board is complete.
+            with _sigint_ignored():  # a second Ctrl-C must not cut this clean-up short
+                for pod, handle in handles.items():
+                    backend.kill(handle)
+                for pod, handle in handles.items():
+                    backend.join(handle, timeout=10)
+                    board.set_pod(pod, status="killed", exitcode=backend.poll(handle), ended_at=time.time())
+                board.release_tickets()
+            raise
+        finally:
+            progress.close(len(handles))
+            backend.close()
+        if budget is not None and len(board) < budget and not (out_of_time or self._stop.is_set()):
+            warnings.warn(f"run ended with {len(board)}/{budget} entries: no pods left (all removed, or failed "
+                          f"with replace_failed=False); run() again to finish", RuntimeWarning, stacklevel=2)
+        return board
+
+    @contextlib.contextmanager
+    def _driver_lock(self) -> Iterator[None]:
+        if fcntl is None:
+            yield
+            return
+        with open(self.store / "driver.lock", "w") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RuntimeError(f"another Tournament is running on {self.store} (driver.lock is held); wait for "
+                                   f"it to finish or use another store") from None
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # ------------------------------------------------------------------------ results
+    def best(self, device: str | None = None) -> Any:
+        """The agent of the best entry whose checkpoint verifies (corrupt ones are skipped)."""
+        return self.ensemble(1, device).agents[0]
+
+    def ensemble(self, k: int = 5, device: str | None = None) -> Ensemble:
+        """A policy combining the ``k`` best verified agents (mean action, or majority vote)."""
+        agents = []
+        for entry in self.board.top(len(self.board)):
+            try:
+                agents.append(self.board.load_agent(entry, device))
+            except CheckpointError:
+                continue  # already flagged and warned by the board
+            if len(agents) == k:
+                break
+        if not agents:
+            raise RuntimeError(f"no usable entry on the leaderboard at {self.store}; run() the tournament first")
+        return Ensemble(agents)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may touch signal handlers (and only it receives SIGINT)
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,167 @@
+"""The leaderboard store: ranking and lineage, atomic checkpoints, checksums, tickets, and many
+processes writing at once. Also selection and PBT mutation, which read the board."""
+
+import multiprocessing as mp
+import random
+import sqlite3
+
+import pytest
+import torch
+
+from podracer.agents.common import mutable_bounds
+from podracer.agents.ppo import PPOConfig
+from podracer.agents.registry import make_agent
+from podracer.envs import PendulumVecEnv
+from podracer.tournament import CheckpointError, Leaderboard, mutate, select_parent
+from podracer.tournament import checkpoints
+
+
+def small_agent(seed: int = 0):
+    return make_agent("ppo", PendulumVecEnv(2), seed=seed, hidden_sizes=(8,), num_steps=4)
+
+
+def test_submit_rank_lineage_and_frame(tmp_path):
+    board = Leaderboard(tmp_path)
+    root = board.submit(small_agent(), -900.0, hparams={"learning_rate": 3e-4}, env_steps=100)
+    child = board.submit(small_agent(1), -500.0, parent_id=root.id, generation=1, pod=2,
+                         hparams={"learning_rate": 2.4e-4}, changes={"learning_rate": [3e-4, 2.4e-4]}, env_steps=200)
+    other = board.submit(small_agent(2), -700.0, env_steps=100)
+    grandchild = board.submit(small_agent(3), -600.0, parent_id=child.id, generation=2, env_steps=300)
+
+    assert len(board) == 4
+    assert [e.id for e in board.top(3)] == [child.id, grandchild.id, other.id]
+    assert [e.id for e in board.lineage(grandchild.id)] == [root.id, child.id, grandchild.id]
+    assert board.lineage(child.id)[-1].changes == {"learning_rate": [3e-4, 2.4e-4]}
+
+    frame = board.to_frame()
+    assert list(frame.index) == [child.id, grandchild.id, other.id, root.id]  # ranked by score
+    assert frame.loc[child.id, "hp/learning_rate"] == pytest.approx(2.4e-4)
+    assert "learning_rate" in frame.loc[child.id, "changes"]
+    with sqlite3.connect(board.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    # The stored checkpoint gives back the same policy.
+    obs = torch.randn(5, 3)
+    restored = board.load_agent(child.id)
+    torch.testing.assert_close(restored.act(obs, deterministic=True), small_agent(1).act(obs, deterministic=True))
+
+
+def test_crash_before_the_row_never_lists_a_half_written_checkpoint(tmp_path, monkeypatch):
+    board = Leaderboard(tmp_path)
+    board.submit(small_agent(), -100.0)
+
+    def crash(*args, **kwargs):
+        raise OSError("simulated crash during rename")
+
+    monkeypatch.setattr(checkpoints.os, "replace", crash)
+    with pytest.raises(OSError, match="simulated"):
+        board.submit(small_agent(1), 0.0)
+    monkeypatch.undo()
+    assert len(board) == 1  # no row without a whole file
+    assert len(list(board.checkpoint_dir.glob("*.pt"))) == 1  # only the temp file is left behind
+    assert board.verify() == []
+
+
+def test_corrupt_checkpoint_is_detected_flagged_and_skipped(tmp_path):
+    board = Leaderboard(tmp_path)
+    best = board.submit(small_agent(0), -10.0)
+    second = board.submit(small_agent(1), -20.0)
+    third = board.submit(small_agent(2), -30.0)
+    path = board.store / best.checkpoint
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
+    data = bytearray((board.store / second.checkpoint).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: loadable maybe, but not what was written
+    (board.store / second.checkpoint).write_bytes(bytes(data))
+
+    with pytest.warns(RuntimeWarning, match=f"entry {best.id} skipped"), pytest.raises(CheckpointError,
+                                                                                         match="checksum"):
+        board.load_agent(best.id)
+    assert board.get(best.id).corrupt
+    with pytest.warns(RuntimeWarning, match="corrupt"):
+        assert board.verify() == [best.id, second.id]
+    assert [e.id for e in board.top(5)] == [third.id]  # corrupt entries are not offered any more
+    assert board.to_frame().loc[second.id, "corrupt"]
+    # Without a checksum, a truncated file still fails to load instead of loading garbage.
+    with pytest.raises(CheckpointError, match="cannot be loaded"):
+        checkpoints.read(path)
+
+
+def test_tickets_bound_the_budget_and_are_consumed_once(tmp_path):
+    board = Leaderboard(tmp_path)
+    assert board.to_frame().empty and board.top(3) == []
+    board.set_budget(2)
+    pod = board.register_pod()
+    t1, t2 = board.claim(pod), board.claim(pod)
+    assert t1 is not None and t2 is not None and board.claim(pod) is None  # in-flight tickets count
+    board.submit(small_agent(), -1.0, ticket=t1)
+    with pytest.raises(sqlite3.IntegrityError):
+        board.submit(small_agent(), -2.0, ticket=t1)  # a ticket yields at most one entry
+    assert len(board) == 1 and len(list(board.checkpoint_dir.glob("*.pt"))) == 1
+    assert board.release_tickets(pod) == 1  # t2 died with its pod
+    board.request_stop(pod)
+    assert board.claim(pod) is None  # a stopping pod gets no more work
+    assert board.claim(board.register_pod()) is not None
+
+
+def _submit_many(store: str, worker: int, attempts: int) -> None:
+    torch.set_num_threads(1)
+    board = Leaderboard(store)
+    pod = board.register_pod()
+    for i in range(attempts):
+        ticket = board.claim(pod)
+        if ticket is not None:
+            board.submit(small_agent(worker * 100 + i), float(worker * 100 + i), pod=pod,
+                         hparams={"worker": worker, "i": i}, ticket=ticket)
+
+
+def test_concurrent_writers_keep_the_store_consistent(tmp_path):
+    board = Leaderboard(tmp_path)
+    board.set_budget(24)
+    ctx = mp.get_context("spawn")
+    workers = [ctx.Process(target=_submit_many, args=(str(tmp_path), w, 10)) for w in range(3)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(timeout=240)
+    assert [p.exitcode for p in workers] == [0, 0, 0]
+    assert board.integrity_check() == "ok"
+    entries = board.entries()
+    assert len(entries) == 24  # 30 attempts, budget 24: the claims never overshoot
+    assert len({(e.hparams["worker"], e.hparams["i"]) for e in entries}) == 24
+    assert len({e.ticket for e in entries}) == 24 and board.in_flight() == 0
+    assert len({e.checkpoint for e in entries}) == 24
+    assert board.verify() == []
+
+
+def test_mutation_stays_within_declared_bounds():
+    bounds = mutable_bounds(PPOConfig())
+    bounds_int = {**bounds, "num_steps": (8, 64)}
+    rng = random.Random(0)
+    hparams = {k: getattr(PPOConfig(), k) for k in bounds} | {"num_steps": 16}
+    seen_changes = 0
+    for _ in range(2000):
+        hparams, changes = mutate(hparams, bounds_int, rng, resample_prob=0.2)
+        seen_changes += bool(changes)
+        for name, (low, high) in bounds_int.items():
+            assert low <= hparams[name] <= high, (name, hparams[name])
+        assert isinstance(hparams["num_steps"], int)
+        for name, (old, new) in changes.items():
+            assert old != new
+    assert seen_changes > 1000
+    with pytest.raises(ValueError, match="not mutable"):
+        small_agent().set_hparams(gamma=0.5)
+
+
+def test_selection_prefers_the_top_of_the_board(tmp_path):
+    board = Leaderboard(tmp_path)
+    for i, score in enumerate([-100.0, -200.0, -300.0, -1000.0, -1100.0, -1200.0]):
+        board.submit(small_agent(i), score)
+    entries = board.top(10)
+    rng = random.Random(0)
+    picks = [select_parent(entries, rng, "softmax", top_k=4, temperature=0.5).score for _ in range(2000)]
+    assert set(picks) <= {-100.0, -200.0, -300.0, -1000.0}
+    assert picks.count(-100.0) > picks.count(-300.0) > picks.count(-1000.0)
+    picks = [select_parent(entries, rng, "topk", top_k=2).score for _ in range(400)]
+    assert set(picks) == {-100.0, -200.0}
+    with pytest.raises(ValueError, match="unknown selection"):
+        select_parent(entries, rng, "roulette")

@@ -1,0 +1,110 @@
+"""The one-pod loop with PPO: logs, checkpoints, early stop, history columns; the CLI and the demo."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import podracer
+from podracer.envs import PendulumVecEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(16,))
+
+
+def _tiny_agent(env, seed: int = 0):
+    return podracer.make_agent("ppo", env, seed=seed, **TINY)
+
+
+def test_train_writes_logs_and_checkpoints(tmp_path):
+    env, eval_env = PendulumVecEnv(num_envs=8, max_episode_steps=40), PendulumVecEnv(num_envs=2)
+    agent, history = podracer.train(_tiny_agent(env), env, 64 * 10, eval_env=eval_env, eval_every=256, seed=0,
+                                    log_dir=tmp_path, checkpoint_every=320, progress=False)
+    assert len(history) == 10 and history["global_step"].tolist() == [64.0 * (i + 1) for i in range(10)]
+    for col in ("global_step", "env_steps", "loss/policy", "loss/value", "loss/entropy", "charts/approx_kl",
+                "charts/clipfrac", "charts/learning_rate", "charts/steps_per_second", "time/wall_s", "time/train_s",
+                "eval/return_mean", "eval/return_std", "eval/episodes", "charts/episodic_return"):
+        assert col in history, col
+    # Evaluations at the first step past each 256 and at the end.
+    assert history.dropna(subset=["eval/return_mean"])["global_step"].tolist() == [256.0, 512.0, 640.0]
+    # 40-step episodes, 8 steps per train_step: episodes end in train steps 5 and 10 only.
+    assert history.dropna(subset=["charts/episodic_return"])["global_step"].tolist() == [320.0, 640.0]
+    assert (history["charts/episodic_length"].dropna() == 40).all()
+
+    csv = pd.read_csv(tmp_path / "progress.csv")
+    assert len(csv) == 10 and list(csv.columns) == list(history.columns)
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert ckpts == ["last.pt", "step_320.pt", "step_640.pt"]
+    loaded = podracer.AgentBase.load(tmp_path / "checkpoints" / "last.pt")
+    obs, _ = eval_env.reset(seed=1)
+    torch.testing.assert_close(loaded.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+
+
+def test_target_return_stops_early(tmp_path):
+    env, eval_env = PendulumVecEnv(num_envs=8), PendulumVecEnv(num_envs=2)
+    _, history = podracer.train(_tiny_agent(env), env, 100_000, eval_env=eval_env, eval_every=128,
+                                log_dir=tmp_path, progress=False, target_return=-1e9)
+    assert history["global_step"].tolist() == [64.0, 128.0]  # stopped at the first evaluation
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()
+    assert len(pd.read_csv(tmp_path / "progress.csv")) == 2
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "podracer", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+
+
+def test_cli_train_then_eval(tmp_path):
+    log_dir = tmp_path / "run"
+    res = _run("train", "ppo", "pendulum", "--steps", "256", "--num-envs", "8", "--seed", "1", "--log-dir",
+               str(log_dir), "--device", "cpu", "--eval-every", "128", "--eval-episodes", "2", "--no-progress",
+               "--set", "num_steps=8", "--set", "hidden_sizes=[16]")
+    assert res.returncode == 0, res.stderr
+    assert "final eval after 256 steps" in res.stdout
+    assert (log_dir / "progress.csv").is_file() and (log_dir / "checkpoints" / "last.pt").is_file()
+    assert podracer.AgentBase.load(log_dir / "checkpoints" / "last.pt").config.hidden_sizes == (16,)
+
+    res = _run("eval", str(log_dir / "checkpoints" / "last.pt"), "pendulum", "--episodes", "3")
+    assert res.returncode == 0, res.stderr
+    assert "over 3 episodes" in res.stdout
+
+
+def test_cli_errors_name_the_fix(tmp_path):
+    res = _run("train", "ppo", "pendulum", "--steps", "64", "--set", "lerning_rate=1e-3", "--log-dir", str(tmp_path))
+    assert res.returncode != 0 and "lerning_rate" in res.stderr and "valid fields" in res.stderr
+    res = _run("eval", str(tmp_path / "missing.pt"), "pendulum")
+    assert res.returncode != 0 and "no checkpoint at" in res.stderr
+    res = _run("train", "ppo", "no-such-env", "--steps", "64")
+    assert res.returncode != 0 and "unknown env 'no-such-env'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_main_in_process(tmp_path, capsys):
+    from podracer.cli import main
+
+    assert main(["train", "ppo", "cartpole", "--steps", "128", "--num-envs", "4", "--log-dir", str(tmp_path),
+                 "--eval-episodes", "2", "--no-progress", "--set", "num_steps=16"]) == 0
+    assert "preset 'cartpole'" in capsys.readouterr().out
+
+
+def test_demo_writes_csv_and_plot(tmp_path, capsys):
+    from podracer.demo import main
+
+    assert main(["--out", str(tmp_path), "--steps", "2048"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "progress.csv").is_file() and str(tmp_path / "learning_curve.png") in out
+    assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("bad", [0, -5])
+def test_train_rejects_nonpositive_steps(bad):
+    env = PendulumVecEnv(num_envs=2)
+    with pytest.raises(ValueError, match="total_steps must be positive"):
+        podracer.train(_tiny_agent(env), env, bad, progress=False)
