@@ -25,8 +25,9 @@ The agent interface (what ``podracer.train``, the tournament and notebooks rely 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -62,6 +63,37 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
         t.lerp_(s, tau)
 
 
+class EnsembleLinear(nn.Module):
+    """K independent linear layers, applied by ``QEnsemble`` as one batched matmul."""
+
+    def __init__(self, k: int, in_dim: int, out_dim: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default init, per member
+        self.weight = nn.Parameter(torch.empty(k, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(k, 1, out_dim).uniform_(-bound, bound))
+
+
+
+class QEnsemble(nn.Module):
+    """``num_critics`` independent Q(s, a) MLPs evaluated together: returns (K, B)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], num_critics: int = 2):
+        super().__init__()
+        self.num_critics = num_critics
+        dims = [obs_dim + act_dim, *hidden, 1]
+        self.layers = nn.ModuleList(EnsembleLinear(num_critics, a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """``detach_params``: gradients flow to the inputs only (the actor's loss), never to Q's weights."""
+        x = torch.cat([obs, actions], dim=-1).expand(self.num_critics, -1, -1)  # (K, B, obs_dim + act_dim)
+        for i, layer in enumerate(self.layers):
+            w, b = (layer.weight.detach(), layer.bias.detach()) if detach_params else (layer.weight, layer.bias)
+            x = torch.baddbmm(b, x, w)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x.squeeze(-1)  # (K, B)
+
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance (parallel algorithm of Chan et al.) as buffers, so they travel
     with ``state_dict``. ``normalize`` clips to ``[-clip, clip]`` after standardising."""
@@ -89,6 +121,15 @@ class RunningMeanStd(nn.Module):
 
 
 # ---------------------------------------------------------------------------- configs
+class Preset(NamedTuple):
+    """Settings tuned for one task: the sub-env count and training length they were tuned with,
+    and the config overrides. Each agent file keeps its own ``PRESETS`` dict of these."""
+
+    num_envs: int
+    total_steps: int
+    config: dict[str, Any]
+
+
 def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = None) -> Any:
     """Build config ``cls`` from ``base`` (or defaults) plus ``overrides``; an unknown key is an
     error that lists the valid ones, never silently ignored."""

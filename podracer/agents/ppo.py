@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, RunningMeanStd, make_config, mlp, require_space
+from podracer.agents.common import AgentBase, Preset, RunningMeanStd, make_config, mlp, require_space
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -138,14 +138,6 @@ class PPOConfig:
             raise ValueError(f"no PPO preset {name!r}; available: {sorted(PRESETS)}")
         return make_config(cls, {**PRESETS[name].config, **overrides})
 
-
-class Preset(NamedTuple):
-    """Settings tuned for one task: the sub-env count and training length they were tuned with,
-    and the config overrides."""
-
-    num_envs: int
-    total_steps: int
-    config: dict[str, Any]
 
 
 # Tuned on this project's tensor envs on a 2-core CPU, one torch thread (sweeps over sub-env count,

@@ -13,6 +13,12 @@ import torch
 # name -> (module:Class, action space, paper). The README's agent table is built from this.
 AGENTS: dict[str, tuple[str, str, str]] = {
     "ppo": ("podracer.agents.ppo:PPO", "Box, Discrete", "Schulman et al. 2017, arXiv:1707.06347"),
+    "sac": ("podracer.agents.sac:SAC", "Box", "Haarnoja et al. 2018, arXiv:1812.05905"),
+    "td3": ("podracer.agents.td3:TD3", "Box", "Fujimoto et al. 2018, arXiv:1802.09477"),
+    "ddpg": ("podracer.agents.ddpg:DDPG", "Box", "Lillicrap et al. 2015, arXiv:1509.02971"),
+    "dqn": ("podracer.agents.dqn:DQN", "Discrete", "Mnih et al. 2015, doi:10.1038/nature14236"),
+    "double_dqn": ("podracer.agents.dqn:DoubleDQN", "Discrete", "van Hasselt et al. 2016, arXiv:1509.06461"),
+    "d3qn": ("podracer.agents.dqn:D3QN", "Discrete", "Wang et al. 2016, arXiv:1511.06581"),
 }
 
 

@@ -1,0 +1,295 @@
+"""Deep Deterministic Policy Gradient (DDPG): Q-learning with a deterministic actor.
+
+Lillicrap et al. 2015, "Continuous control with deep reinforcement learning", arXiv:1509.02971.
+
+Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 2 of the Box):
+- TD target:     y = r + gamma * (1 - terminated) * Q'(s', mu'(s'))
+- critic loss:   mean_B (Q(s, a) - y)^2
+- actor loss:    -mean_B Q(s, mu(s))   (the deterministic policy gradient, Silver et al. 2014)
+- targets:       theta' <- tau * theta + (1 - tau) * theta'  after every update
+- exploration:   a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
+
+Our deviations and choices:
+- Gaussian exploration noise instead of Ornstein-Uhlenbeck and no L2 weight decay on the
+  critic, as the re-tuned DDPG baseline of Fujimoto et al. 2018; ReLU and default PyTorch init.
+- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
+  observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
+- Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
+  (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
+- Critic and actor step together: their losses are summed, one backward pass and one Adam
+  step (two parameter groups with their own learning rates). The actor's loss sees the
+  critic's parameters detached, so each loss moves only its own parameters and the gradients
+  equal the separate ones; the actor's gradient comes from the critic before (not after) this
+  update's critic step. Fewer, larger kernels: this is what makes small networks fast on a CPU.
+- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
+from podracer.agents.replay import Batch, ReplayBuffer
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass
+class DDPGConfig:
+    gamma: float = 0.99  # γ, discount; 0.9-0.999
+    tau: float = field(default=0.001, metadata={"mutable": (0.0005, 0.05)})  # τ, target Polyak rate; 0.0005-0.05
+    actor_lr: float = field(default=1e-4, metadata={"mutable": (1e-5, 3e-3)})  # policy Adam step; 1e-5-3e-3
+    critic_lr: float = field(default=1e-3, metadata={"mutable": (1e-5, 3e-3)})  # Q Adam step; 1e-5-3e-3
+    exploration_noise: float = field(default=0.1, metadata={"mutable": (0.02, 0.5)})  # σ_explore (x scale); 0-0.5
+    hidden: tuple[int, ...] = (400, 300)  # hidden layer sizes of actor and critic
+    batch_size: int = 64  # B, transitions per update; 64-1024
+    buffer_size: int = 1_000_000  # replay capacity in transitions; >= batch_size
+    learning_starts: int = 10_000  # env steps (all sub-envs) of uniform random actions before updates
+    updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
+    num_steps: int = 50  # T, vector steps per train_step call
+    save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "DDPGConfig":
+        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
+        if name not in PRESETS:
+            raise ValueError(f"no DDPG preset {name!r}; available: {sorted(PRESETS)}")
+        return make_config(cls, {**PRESETS[name].config, **overrides})
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        for name in ("actor_lr", "critic_lr", "updates_per_step"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.exploration_noise < 0:
+            raise ValueError(f"exploration_noise must be >= 0, got {self.exploration_noise}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {self.hidden}")
+        for name in ("batch_size", "buffer_size", "num_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+
+
+
+# Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
+# learning rates than the paper, two updates per transition on small batches. Use as
+# ``make_agent("ddpg", PendulumVecEnv(p.num_envs), **p.config)``; tests/test_offpolicy.py checks it
+# reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
+PRESETS: dict[str, Preset] = {
+    "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
+        hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, tau=0.005, batch_size=128, updates_per_step=2.0,
+        learning_starts=400, num_steps=25, buffer_size=100_000)),
+}
+
+
+# ---------------------------------------------------------------------------- networks
+class Critic(nn.Module):
+    """Q(s, a), an MLP on the concatenated input: returns (B,)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        dims = [obs_dim + act_dim, *hidden, 1]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """``detach_params``: gradients flow to the inputs only (the actor's loss), never to Q's weights."""
+        x = torch.cat([obs, actions], dim=-1)
+        for i, layer in enumerate(self.layers):
+            w, b = (layer.weight.detach(), layer.bias.detach()) if detach_params else (layer.weight, layer.bias)
+            x = nn.functional.linear(x, w, b)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+class DeterministicActor(nn.Module):
+    """mu(s) = c + s * tanh(net(s)): always inside the Box bounds [c - s, c + s]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, act_dim, activation=nn.ReLU, orthogonal=False)
+        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+        self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
+        self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action_bias + self.action_scale * torch.tanh(self.net(obs))
+
+
+class DDPGNets(nn.Module):
+    """Everything DDPG learns, in one module so it moves and saves together."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: DDPGConfig, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.actor = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.actor_target = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.critic = Critic(obs_dim, act_dim, cfg.hidden)
+        self.critic_target = Critic(obs_dim, act_dim, cfg.hidden)
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.actor_target.requires_grad_(False)
+        self.critic_target.requires_grad_(False)
+
+
+# ---------------------------------------------------------------------------- losses
+def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
+              gamma: float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
+    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
+
+
+@torch.no_grad()
+def target_value(nets: DDPGNets, next_obs: torch.Tensor) -> torch.Tensor:
+    """V(s') = Q'(s', mu'(s')) with the target networks: (B,)."""
+    return nets.critic_target(next_obs, nets.actor_target(next_obs))
+
+
+def critic_loss(critic: Critic, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    q = critic(batch.obs, batch.actions)  # (B,)
+    loss = (q - targets).pow(2).mean()
+    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
+
+
+def actor_loss(nets: DDPGNets, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-mean Q(s, mu(s)): the deterministic policy gradient."""
+    loss = -nets.critic(obs, nets.actor(obs), detach_params=True).mean()
+    return loss, {"loss/actor": loss.detach()}
+
+
+# ---------------------------------------------------------------------------- update
+def update(nets: DDPGNets, optim: torch.optim.Optimizer, batch: Batch, cfg: DDPGConfig) -> dict[str, torch.Tensor]:
+    """One critic and actor step (one backward, see the module docstring), then both targets."""
+    targets = td_target(batch.rewards, batch.terminated, target_value(nets, batch.next_obs), cfg.gamma)
+    loss, info = critic_loss(nets.critic, batch, targets)
+    loss_pi, info_pi = actor_loss(nets, batch.obs)
+    info.update(info_pi)
+    optim.zero_grad(set_to_none=True)
+    (loss + loss_pi).backward()
+    optim.step()
+    soft_update(nets.actor_target, nets.actor, cfg.tau)
+    soft_update(nets.critic_target, nets.critic, cfg.tau)
+    return info
+
+
+# ---------------------------------------------------------------------------- agent
+def make_optimizer(nets: DDPGNets, cfg: DDPGConfig, device: torch.device) -> torch.optim.Adam:
+    """One Adam over two named parameter groups; the fused kernel does the step in one launch."""
+    groups = [{"name": "actor", "params": list(nets.actor.parameters()), "lr": cfg.actor_lr},
+              {"name": "critic", "params": list(nets.critic.parameters()), "lr": cfg.critic_lr}]
+    return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
+
+
+class DDPG(AgentBase):
+    """DDPG for Box action spaces. See the module docstring for the algorithm."""
+
+    name: ClassVar[str] = "ddpg"
+    config_cls: ClassVar[type] = DDPGConfig
+    presets: ClassVar[dict[str, Preset]] = PRESETS
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DDPGConfig | dict | None = None,
+                 device: str | torch.device = "cpu"):
+        super().__init__(observation_space, action_space, config, device)
+        require_space("DDPG", action_space, (gym.spaces.Box,),
+                      "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
+        low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"DDPG squashes actions into the Box bounds, which must be finite; got {action_space}. "
+                             f"Rescale the env's actions to a bounded Box")
+        cfg = self.config
+        self.act_dim = int(low.size)
+        self.nets = DDPGNets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
+        self.optim = make_optimizer(self.nets, cfg, self.device)
+        # Seeds drawn from torch's global RNG: `make_agent(..., seed=s)` fixes them too.
+        seeds = torch.randint(0, 2**62, (2,)).tolist()
+        self.rng = torch.Generator(device=self.device)
+        self.rng.manual_seed(seeds[0])
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_dim, (self.act_dim,), torch.float32, self.device,
+                                   seed=seeds[1])
+        self.low = torch.as_tensor(low, device=self.device)
+        self.high = torch.as_tensor(high, device=self.device)
+        self.env_steps = 0  # env transitions collected so far, summed over sub-envs
+        self.updates = 0  # gradient updates done so far
+        self._owed_updates = 0.0  # fractional updates carried between vector steps
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        obs = obs.reshape(obs.shape[0], -1)
+        actions = self.nets.actor(obs)
+        if not deterministic:
+            noise = torch.randn(actions.shape, generator=self.rng, device=self.device)
+            actions = actions + noise * self.config.exploration_noise * self.nets.actor.action_scale
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        return actions.reshape(obs.shape[0], *self.action_space.shape)
+
+    def _random_actions(self, n: int) -> torch.Tensor:
+        u = torch.rand(n, self.act_dim, generator=self.rng, device=self.device)
+        return (self.low + (self.high - self.low) * u).reshape(n, *self.action_space.shape)
+
+    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
+        the gradient updates it is owed (``updates_per_step`` per transition)."""
+        cfg = self.config
+        n = env.num_envs
+        sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
+        num_updates = 0
+        for _ in range(cfg.num_steps):
+            warmup = self.env_steps < cfg.learning_starts
+            actions = self._random_actions(n) if warmup else self.act(obs)
+            next_obs, rewards, terminated, _truncated, info = env.step(actions)
+            # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
+            self.buffer.add(obs, actions.reshape(n, -1), rewards, info["final_obs"], terminated)
+            obs = next_obs
+            self.env_steps += n
+            if self.env_steps < cfg.learning_starts:
+                continue
+            self._owed_updates += n * cfg.updates_per_step
+            while self._owed_updates >= 1.0:
+                self._owed_updates -= 1.0
+                self.updates += 1
+                info_u = update(self.nets, self.optim, self.buffer.sample(cfg.batch_size), cfg)
+                for k, v in info_u.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                    counts[k] = counts.get(k, 0) + 1
+                num_updates += 1
+        metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates)}
+        # One host sync per call, not per update.
+        metrics.update({k: v.item() / counts[k] for k, v in sums.items()})
+        return obs, metrics
+
+    # -- persistence and hyperparameters
+    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "nets": self.nets.state_dict(),
+            "optim": self.optim.state_dict(),
+            "rng": self.rng.get_state(),
+            "env_steps": self.env_steps, "updates": self.updates, "owed_updates": self._owed_updates,
+        }
+        if self.config.save_buffer if include_buffer is None else include_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.nets.load_state_dict(state["nets"])
+        self.optim.load_state_dict(state["optim"])
+        self.rng.set_state(state["rng"].cpu())
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self._owed_updates = float(state["owed_updates"])
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def set_hparams(self, **hparams: Any) -> None:
+        super().set_hparams(**hparams)
+        for group in self.optim.param_groups:
+            group["lr"] = getattr(self.config, f"{group['name']}_lr")

@@ -1,0 +1,324 @@
+"""Soft Actor-Critic (SAC) with twin critics and automatic entropy tuning.
+
+Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905.
+
+Key equations (B a minibatch from the replay buffer, a' ~ pi(.|s') freshly sampled):
+- soft TD target:  y = r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s'))
+- critic loss:     sum_k mean_B (Q_k(s, a) - y)^2              (k = 1, 2: clipped double-Q)
+- actor loss:      mean_B (alpha * log pi(a~|s) - min_k Q_k(s, a~)),  a~ = reparameterised sample
+- alpha loss:      -mean_B log(alpha) * (log pi(a~|s) + H_target),    H_target = -act_dim
+- targets:         theta' <- tau * theta + (1 - tau) * theta'  after every update
+The policy is a tanh-squashed Gaussian scaled to the Box bounds, a = c + s * tanh(u), with the
+change-of-variables correction log pi(a) = log N(u) - sum log(s * (1 - tanh(u)^2)).
+
+Our deviations and choices:
+- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
+  observation ``info["final_obs"]`` (the replay buffer stores it as ``next_obs``).
+- Many sub-envs step together; ``updates_per_step`` gradient updates are done per env
+  transition (summed over sub-envs), interleaved with the vector steps of a ``train_step``.
+- The two critics are one ensemble network (batched matmuls), not two modules: same maths,
+  half the kernel launches.
+- Critics, actor and temperature step together: their three losses are summed, one backward
+  pass and one Adam step (three parameter groups, each with its own learning rate). The actor's
+  loss sees the critics' parameters detached, so each loss moves only its own parameters and
+  the gradients equal the separate ones; the actor's gradient comes from the critics before
+  (not after) this update's critic step. Fewer, larger kernels: this is what makes small
+  networks fast on a CPU.
+- The log-std is squashed into [-5, 2] with a tanh (as CleanRL) rather than hard-clipped.
+- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, require_space, soft_update
+from podracer.agents.replay import Batch, ReplayBuffer
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass
+class SACConfig:
+    gamma: float = 0.99  # γ, discount; 0.9-0.999
+    tau: float = field(default=0.005, metadata={"mutable": (0.001, 0.05)})  # τ, target Polyak rate; 0.001-0.05
+    actor_lr: float = field(default=3e-4, metadata={"mutable": (1e-5, 3e-3)})  # policy Adam step; 1e-5-3e-3
+    critic_lr: float = field(default=3e-4, metadata={"mutable": (1e-5, 3e-3)})  # Q Adam step; 1e-5-3e-3
+    alpha_lr: float = 3e-4  # temperature Adam step; 1e-5-3e-3
+    alpha: float = field(default=0.2, metadata={"mutable": (0.01, 1.0)})  # α, initial (or fixed) temperature; 0-1
+    autotune: bool = True  # learn α towards the target entropy (paper v2)
+    target_entropy: float | None = None  # H_target; None means -act_dim (paper)
+    hidden: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
+    batch_size: int = 256  # B, transitions per update; 64-1024
+    buffer_size: int = 1_000_000  # replay capacity in transitions; >= batch_size
+    learning_starts: int = 5_000  # env steps (all sub-envs) of uniform random actions before updates
+    updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
+    num_steps: int = 50  # T, vector steps per train_step call
+    save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "SACConfig":
+        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
+        if name not in PRESETS:
+            raise ValueError(f"no SAC preset {name!r}; available: {sorted(PRESETS)}")
+        return make_config(cls, {**PRESETS[name].config, **overrides})
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "updates_per_step"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.alpha < 0 or (self.autotune and self.alpha == 0):
+            raise ValueError(f"alpha must be >= 0 (> 0 with autotune), got {self.alpha}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {self.hidden}")
+        for name in ("batch_size", "buffer_size", "num_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+
+
+
+# Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
+# learning rates than the paper, two updates per transition on small batches. Use as
+# ``make_agent("sac", PendulumVecEnv(p.num_envs), **p.config)``; tests/test_offpolicy.py checks it
+# reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
+PRESETS: dict[str, Preset] = {
+    "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
+        hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, batch_size=128, updates_per_step=2.0,
+        learning_starts=400, num_steps=25, buffer_size=100_000)),
+}
+
+
+# ---------------------------------------------------------------------------- networks
+
+class SquashedGaussianActor(nn.Module):
+    """pi(a|s): Gaussian in pre-tanh space, squashed by tanh and scaled to [low, high]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation=nn.ReLU, orthogonal=False)
+        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+        self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
+        self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        return mean, log_std
+
+    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self(obs)
+        return self.action_bias + self.action_scale * torch.tanh(mean)
+
+    def sample(self, obs: torch.Tensor, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample and its log-probability: (B, act_dim), (B,)."""
+        mean, log_std = self(obs)
+        noise = torch.randn(mean.shape, generator=rng, device=mean.device)
+        u = mean + log_std.exp() * noise
+        # log N(u; mean, std), written out so the noise comes from our generator.
+        logprob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # tanh correction, stable form: log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)).
+        logprob = logprob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+        logprob = logprob - torch.log(self.action_scale).sum()
+        return self.action_bias + self.action_scale * torch.tanh(u), logprob
+
+
+class SACNets(nn.Module):
+    """Everything SAC learns, in one module so it moves and saves together."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha) if cfg.alpha > 0 else -math.inf))
+
+
+# ---------------------------------------------------------------------------- losses
+def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
+              gamma: float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
+    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
+
+
+@torch.no_grad()
+def soft_value(nets: SACNets, next_obs: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+    """V(s') = min_k Q'_k(s', a') - alpha * log pi(a'|s'), a' ~ pi(.|s'): (B,)."""
+    next_actions, next_logprob = nets.actor.sample(next_obs, rng)
+    q_next = nets.critic_target(next_obs, next_actions).min(dim=0).values
+    return q_next - nets.log_alpha.exp() * next_logprob
+
+
+def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    q = critic(batch.obs, batch.actions)  # (K, B)
+    loss = (q - targets).pow(2).mean(dim=1).sum()
+    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
+
+
+def actor_loss(nets: SACNets, obs: torch.Tensor, rng: torch.Generator
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    actions, logprob = nets.actor.sample(obs, rng)
+    q = nets.critic(obs, actions, detach_params=True).min(dim=0).values
+    loss = (nets.log_alpha.exp().detach() * logprob - q).mean()
+    return loss, {"loss/actor": loss.detach(), "charts/entropy": -logprob.detach().mean(), "logprob": logprob.detach()}
+
+
+def alpha_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: float
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    loss = -(log_alpha * (logprob + target_entropy)).mean()
+    return loss, {"loss/alpha": loss.detach()}
+
+
+# ---------------------------------------------------------------------------- update
+def update(nets: SACNets, optim: torch.optim.Optimizer, batch: Batch, cfg: SACConfig, target_entropy: float,
+           rng: torch.Generator) -> dict[str, torch.Tensor]:
+    """One gradient step on critics, actor and (with autotune) temperature, then the targets."""
+    targets = td_target(batch.rewards, batch.terminated, soft_value(nets, batch.next_obs, rng), cfg.gamma)
+    loss, info = critic_loss(nets.critic, batch, targets)
+    loss_pi, info_pi = actor_loss(nets, batch.obs, rng)
+    loss = loss + loss_pi
+    logprob = info_pi.pop("logprob")
+    info.update(info_pi)
+    if cfg.autotune:
+        loss_alpha, info_alpha = alpha_loss(nets.log_alpha, logprob, target_entropy)
+        loss = loss + loss_alpha
+        info.update(info_alpha)
+    # Disjoint parameters per loss (see the module docstring), so one backward gives each its own gradient.
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    optim.step()
+    soft_update(nets.critic_target, nets.critic, cfg.tau)
+    info["charts/alpha"] = nets.log_alpha.detach().exp()
+    return info
+
+
+# ---------------------------------------------------------------------------- agent
+def make_optimizer(nets: SACNets, cfg: SACConfig, device: torch.device) -> torch.optim.Adam:
+    """One Adam over three named parameter groups; the fused kernel does the step in one launch."""
+    groups = [{"name": "actor", "params": list(nets.actor.parameters()), "lr": cfg.actor_lr},
+              {"name": "critic", "params": list(nets.critic.parameters()), "lr": cfg.critic_lr},
+              {"name": "alpha", "params": [nets.log_alpha], "lr": cfg.alpha_lr}]
+    return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
+
+
+class SAC(AgentBase):
+    """SAC for Box action spaces. See the module docstring for the algorithm."""
+
+    name: ClassVar[str] = "sac"
+    config_cls: ClassVar[type] = SACConfig
+    presets: ClassVar[dict[str, Preset]] = PRESETS
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: SACConfig | dict | None = None,
+                 device: str | torch.device = "cpu"):
+        super().__init__(observation_space, action_space, config, device)
+        require_space("SAC", action_space, (gym.spaces.Box,),
+                      "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
+        low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"SAC squashes actions into the Box bounds, which must be finite; got {action_space}. "
+                             f"Rescale the env's actions to a bounded Box")
+        cfg = self.config
+        self.act_dim = int(low.size)
+        self.target_entropy = float(-self.act_dim if cfg.target_entropy is None else cfg.target_entropy)
+        self.nets = SACNets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
+        self.optim = make_optimizer(self.nets, cfg, self.device)
+        # Seeds drawn from torch's global RNG: `make_agent(..., seed=s)` fixes them too.
+        seeds = torch.randint(0, 2**62, (2,)).tolist()
+        self.rng = torch.Generator(device=self.device)
+        self.rng.manual_seed(seeds[0])
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_dim, (self.act_dim,), torch.float32, self.device,
+                                   seed=seeds[1])
+        self.low = torch.as_tensor(low, device=self.device)
+        self.high = torch.as_tensor(high, device=self.device)
+        self.env_steps = 0  # env transitions collected so far, summed over sub-envs
+        self.updates = 0  # gradient updates done so far
+        self._owed_updates = 0.0  # fractional updates carried between vector steps
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        obs = obs.reshape(obs.shape[0], -1)
+        if deterministic:
+            actions = self.nets.actor.deterministic(obs)
+        else:
+            actions, _ = self.nets.actor.sample(obs, self.rng)
+        return actions.reshape(obs.shape[0], *self.action_space.shape)
+
+    def _random_actions(self, n: int) -> torch.Tensor:
+        u = torch.rand(n, self.act_dim, generator=self.rng, device=self.device)
+        return (self.low + (self.high - self.low) * u).reshape(n, *self.action_space.shape)
+
+    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
+        the gradient updates it is owed (``updates_per_step`` per transition)."""
+        cfg = self.config
+        n = env.num_envs
+        sums: dict[str, torch.Tensor] = {}
+        num_updates = 0
+        for _ in range(cfg.num_steps):
+            warmup = self.env_steps < cfg.learning_starts
+            actions = self._random_actions(n) if warmup else self.act(obs)
+            next_obs, rewards, terminated, _truncated, info = env.step(actions)
+            # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
+            self.buffer.add(obs, actions.reshape(n, -1), rewards, info["final_obs"], terminated)
+            obs = next_obs
+            self.env_steps += n
+            if self.env_steps < cfg.learning_starts:
+                continue
+            self._owed_updates += n * cfg.updates_per_step
+            while self._owed_updates >= 1.0:
+                self._owed_updates -= 1.0
+                info_u = update(self.nets, self.optim, self.buffer.sample(cfg.batch_size), cfg,
+                                self.target_entropy, self.rng)
+                for k, v in info_u.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                num_updates += 1
+        self.updates += num_updates
+        metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates)}
+        if num_updates:  # one host sync per call, not per update
+            metrics.update({k: v.item() / num_updates for k, v in sums.items()})
+        return obs, metrics
+
+    # -- persistence and hyperparameters
+    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "nets": self.nets.state_dict(),
+            "optim": self.optim.state_dict(),
+            "rng": self.rng.get_state(),
+            "env_steps": self.env_steps, "updates": self.updates, "owed_updates": self._owed_updates,
+        }
+        if self.config.save_buffer if include_buffer is None else include_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.nets.load_state_dict(state["nets"])
+        self.optim.load_state_dict(state["optim"])
+        self.rng.set_state(state["rng"].cpu())
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self._owed_updates = float(state["owed_updates"])
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def set_hparams(self, **hparams: Any) -> None:
+        super().set_hparams(**hparams)
+        for group in self.optim.param_groups:
+            group["lr"] = getattr(self.config, f"{group['name']}_lr")
+        if "alpha" in hparams:  # restart the temperature there (autotune keeps adapting it)
+            with torch.no_grad():
+                self.nets.log_alpha.fill_(math.log(self.config.alpha))

@@ -1,0 +1,297 @@
+"""Twin Delayed DDPG (TD3): a deterministic policy with three fixes to DDPG's overestimation.
+
+Fujimoto, van Hoof and Meger 2018, "Addressing Function Approximation Error in Actor-Critic
+Methods", arXiv:1802.09477 (defaults from the authors' updated code: 256-256, lr 3e-4).
+
+Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 2 of the Box):
+- target policy smoothing: a' = clip(mu'(s') + clip(eps, -c s, c s), low, high),  eps ~ N(0, (sigma s)^2)
+- clipped double-Q target: y = r + gamma * (1 - terminated) * min_{k=1,2} Q'_k(s', a')
+- critic loss:             sum_k mean_B (Q_k(s, a) - y)^2
+- delayed actor update:    every ``policy_delay`` critic updates, maximise mean_B Q_1(s, mu(s)),
+                           then theta' <- tau * theta + (1 - tau) * theta' for actor and critics
+- exploration:             a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
+
+Our deviations and choices:
+- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
+  observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
+- Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
+  (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
+- The two critics are one ensemble network (batched matmuls): same maths, fewer kernel launches.
+- Critic and actor step together: their losses are summed, one backward pass and one Adam
+  step (two parameter groups with their own learning rates). The actor's loss sees the
+  critic's parameters detached, so each loss moves only its own parameters and the gradients
+  equal the separate ones; the actor's gradient comes from the critic before (not after) this
+  update's critic step. Fewer, larger kernels: this is what makes small networks fast on a CPU.
+- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, require_space, soft_update
+from podracer.agents.replay import Batch, ReplayBuffer
+
+
+# ---------------------------------------------------------------------------- config
+@dataclass
+class TD3Config:
+    gamma: float = 0.99  # γ, discount; 0.9-0.999
+    tau: float = field(default=0.005, metadata={"mutable": (0.001, 0.05)})  # τ, target Polyak rate; 0.001-0.05
+    actor_lr: float = field(default=3e-4, metadata={"mutable": (1e-5, 3e-3)})  # policy Adam step; 1e-5-3e-3
+    critic_lr: float = field(default=3e-4, metadata={"mutable": (1e-5, 3e-3)})  # Q Adam step; 1e-5-3e-3
+    exploration_noise: float = field(default=0.1, metadata={"mutable": (0.02, 0.5)})  # σ_explore (x scale); 0-0.5
+    policy_noise: float = field(default=0.2, metadata={"mutable": (0.05, 0.5)})  # σ, target smoothing (x scale); 0-0.5
+    noise_clip: float = 0.5  # c, clip of the smoothing noise (x scale); 0-1
+    policy_delay: int = 2  # d, critic updates per actor (and target) update; 1-4
+    hidden: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
+    batch_size: int = 256  # B, transitions per update; 64-1024
+    buffer_size: int = 1_000_000  # replay capacity in transitions; >= batch_size
+    learning_starts: int = 25_000  # env steps (all sub-envs) of uniform random actions before updates
+    updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
+    num_steps: int = 50  # T, vector steps per train_step call
+    save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TD3Config":
+        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
+        if name not in PRESETS:
+            raise ValueError(f"no TD3 preset {name!r}; available: {sorted(PRESETS)}")
+        return make_config(cls, {**PRESETS[name].config, **overrides})
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        for name in ("actor_lr", "critic_lr", "updates_per_step"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("exploration_noise", "policy_noise", "noise_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {self.hidden}")
+        for name in ("policy_delay", "batch_size", "buffer_size", "num_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+
+
+
+# Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
+# learning rates than the paper, three updates per transition on small batches. Use as
+# ``make_agent("td3", PendulumVecEnv(p.num_envs), **p.config)``; tests/test_offpolicy.py checks it
+# reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
+PRESETS: dict[str, Preset] = {
+    "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
+        hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, batch_size=128, updates_per_step=3.0,
+        learning_starts=400, num_steps=25, buffer_size=100_000)),
+}
+
+
+# ---------------------------------------------------------------------------- networks
+
+class DeterministicActor(nn.Module):
+    """mu(s) = c + s * tanh(net(s)): always inside the Box bounds [c - s, c + s]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, act_dim, activation=nn.ReLU, orthogonal=False)
+        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+        self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
+        self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action_bias + self.action_scale * torch.tanh(self.net(obs))
+
+
+class TD3Nets(nn.Module):
+    """Everything TD3 learns, in one module so it moves and saves together."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: TD3Config, low: np.ndarray, high: np.ndarray):
+        super().__init__()
+        self.actor = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.actor_target = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
+        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden, num_critics=2)
+        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden, num_critics=2)
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.actor_target.requires_grad_(False)
+        self.critic_target.requires_grad_(False)
+
+
+# ---------------------------------------------------------------------------- losses
+def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
+              gamma: float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
+    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
+
+
+@torch.no_grad()
+def smoothed_target_value(nets: TD3Nets, next_obs: torch.Tensor, cfg: TD3Config,
+                          rng: torch.Generator) -> torch.Tensor:
+    """V(s') = min_k Q'_k(s', a') at the smoothed target action a' (Fujimoto et al. sec. 5.3): (B,)."""
+    actions = nets.actor_target(next_obs)
+    scale = nets.actor.action_scale
+    noise = torch.randn(actions.shape, generator=rng, device=actions.device) * cfg.policy_noise * scale
+    noise = torch.maximum(torch.minimum(noise, cfg.noise_clip * scale), -cfg.noise_clip * scale)
+    low, high = nets.actor.action_bias - scale, nets.actor.action_bias + scale
+    actions = torch.maximum(torch.minimum(actions + noise, high), low)
+    return nets.critic_target(next_obs, actions).min(dim=0).values
+
+
+def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    q = critic(batch.obs, batch.actions)  # (K, B)
+    loss = (q - targets).pow(2).mean(dim=1).sum()
+    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
+
+
+def actor_loss(nets: TD3Nets, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-mean Q_1(s, mu(s)): the deterministic policy gradient through the first critic only."""
+    loss = -nets.critic(obs, nets.actor(obs), detach_params=True)[0].mean()
+    return loss, {"loss/actor": loss.detach()}
+
+
+# ---------------------------------------------------------------------------- update
+def update(nets: TD3Nets, optim: torch.optim.Optimizer, batch: Batch, cfg: TD3Config, update_actor: bool,
+           rng: torch.Generator) -> dict[str, torch.Tensor]:
+    """One critic step; with ``update_actor`` also one actor step and the target updates."""
+    targets = td_target(batch.rewards, batch.terminated, smoothed_target_value(nets, batch.next_obs, cfg, rng),
+                        cfg.gamma)
+    loss, info = critic_loss(nets.critic, batch, targets)
+    if update_actor:
+        loss_pi, info_pi = actor_loss(nets, batch.obs)
+        loss = loss + loss_pi
+        info.update(info_pi)
+    # Disjoint parameters per loss (see the module docstring), so one backward gives each its own
+    # gradient; without an actor loss the actor's .grad stays None and Adam skips it.
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    optim.step()
+    if update_actor:
+        soft_update(nets.actor_target, nets.actor, cfg.tau)
+        soft_update(nets.critic_target, nets.critic, cfg.tau)
+    return info
+
+
+# ---------------------------------------------------------------------------- agent
+def make_optimizer(nets: TD3Nets, cfg: TD3Config, device: torch.device) -> torch.optim.Adam:
+    """One Adam over two named parameter groups; the fused kernel does the step in one launch."""
+    groups = [{"name": "actor", "params": list(nets.actor.parameters()), "lr": cfg.actor_lr},
+              {"name": "critic", "params": list(nets.critic.parameters()), "lr": cfg.critic_lr}]
+    return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
+
+
+class TD3(AgentBase):
+    """TD3 for Box action spaces. See the module docstring for the algorithm."""
+
+    name: ClassVar[str] = "td3"
+    config_cls: ClassVar[type] = TD3Config
+    presets: ClassVar[dict[str, Preset]] = PRESETS
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: TD3Config | dict | None = None,
+                 device: str | torch.device = "cpu"):
+        super().__init__(observation_space, action_space, config, device)
+        require_space("TD3", action_space, (gym.spaces.Box,),
+                      "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
+        low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"TD3 squashes actions into the Box bounds, which must be finite; got {action_space}. "
+                             f"Rescale the env's actions to a bounded Box")
+        cfg = self.config
+        self.act_dim = int(low.size)
+        self.nets = TD3Nets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
+        self.optim = make_optimizer(self.nets, cfg, self.device)
+        # Seeds drawn from torch's global RNG: `make_agent(..., seed=s)` fixes them too.
+        seeds = torch.randint(0, 2**62, (2,)).tolist()
+        self.rng = torch.Generator(device=self.device)
+        self.rng.manual_seed(seeds[0])
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_dim, (self.act_dim,), torch.float32, self.device,
+                                   seed=seeds[1])
+        self.low = torch.as_tensor(low, device=self.device)
+        self.high = torch.as_tensor(high, device=self.device)
+        self.env_steps = 0  # env transitions collected so far, summed over sub-envs
+        self.updates = 0  # critic updates done so far
+        self._owed_updates = 0.0  # fractional updates carried between vector steps
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        obs = obs.reshape(obs.shape[0], -1)
+        actions = self.nets.actor(obs)
+        if not deterministic:
+            noise = torch.randn(actions.shape, generator=self.rng, device=self.device)
+            actions = actions + noise * self.config.exploration_noise * self.nets.actor.action_scale
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        return actions.reshape(obs.shape[0], *self.action_space.shape)
+
+    def _random_actions(self, n: int) -> torch.Tensor:
+        u = torch.rand(n, self.act_dim, generator=self.rng, device=self.device)
+        return (self.low + (self.high - self.low) * u).reshape(n, *self.action_space.shape)
+
+    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
+        the gradient updates it is owed (``updates_per_step`` per transition)."""
+        cfg = self.config
+        n = env.num_envs
+        sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
+        num_updates = 0
+        for _ in range(cfg.num_steps):
+            warmup = self.env_steps < cfg.learning_starts
+            actions = self._random_actions(n) if warmup else self.act(obs)
+            next_obs, rewards, terminated, _truncated, info = env.step(actions)
+            # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
+            self.buffer.add(obs, actions.reshape(n, -1), rewards, info["final_obs"], terminated)
+            obs = next_obs
+            self.env_steps += n
+            if self.env_steps < cfg.learning_starts:
+                continue
+            self._owed_updates += n * cfg.updates_per_step
+            while self._owed_updates >= 1.0:
+                self._owed_updates -= 1.0
+                self.updates += 1
+                info_u = update(self.nets, self.optim, self.buffer.sample(cfg.batch_size), cfg,
+                                self.updates % cfg.policy_delay == 0, self.rng)
+                for k, v in info_u.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                    counts[k] = counts.get(k, 0) + 1
+                num_updates += 1
+        metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates)}
+        # One host sync per call, not per update.
+        metrics.update({k: v.item() / counts[k] for k, v in sums.items()})
+        return obs, metrics
+
+    # -- persistence and hyperparameters
+    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "nets": self.nets.state_dict(),
+            "optim": self.optim.state_dict(),
+            "rng": self.rng.get_state(),
+            "env_steps": self.env_steps, "updates": self.updates, "owed_updates": self._owed_updates,
+        }
+        if self.config.save_buffer if include_buffer is None else include_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.nets.load_state_dict(state["nets"])
+        self.optim.load_state_dict(state["optim"])
+        self.rng.set_state(state["rng"].cpu())
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self._owed_updates = float(state["owed_updates"])
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def set_hparams(self, **hparams: Any) -> None:
+        super().set_hparams(**hparams)
+        for group in self.optim.param_groups:
+            group["lr"] = getattr(self.config, f"{group['name']}_lr")
