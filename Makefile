@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export PODRACER_SIZE ?= smoke
+# Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
+# Either can be overridden: PODRACER_SIZE=full make test.
 
 .PHONY: demo test lab bench install clean
 
@@ -17,10 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m finance.demo
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),full) $(BIN)/python -m finance.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
