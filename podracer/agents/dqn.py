@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
+from podracer.agents.offpolicy import collect_and_update, load_offpolicy_state, offpolicy_state, push_learning_rates
 from podracer.agents.replay import Batch, ReplayBuffer
 
 
@@ -235,63 +236,30 @@ class DQN(AgentBase):
         eps = 0.0 if deterministic else self.epsilon
         return self._greedy_or_random(obs, eps) + self.action_start
 
+    def _explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform random (ε = 1) during warm-up, then ε-greedy; the buffer stores the indices."""
+        indices = self._greedy_or_random(obs, 1.0 if warmup else self.epsilon)
+        return indices + self.action_start, indices
+
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``num_steps`` vector steps (uniform random actions during warm-up, then ε-greedy), each
         followed by the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
-        n = env.num_envs
-        sums: dict[str, torch.Tensor] = {}
-        num_updates = 0
-        for _ in range(cfg.num_steps):
-            eps = 1.0 if self.env_steps < cfg.learning_starts else self.epsilon
-            indices = self._greedy_or_random(obs, eps)
-            next_obs, rewards, terminated, _truncated, info = env.step(indices + self.action_start)
-            # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
-            self.buffer.add(obs, indices, rewards, info["final_obs"], terminated)
-            obs = next_obs
-            self.env_steps += n
-            if self.env_steps < cfg.learning_starts:
-                continue
-            self._owed_updates += n * cfg.updates_per_step
-            while self._owed_updates >= 1.0:
-                self._owed_updates -= 1.0
-                self.updates += 1
-                info_u = update(self.nets, self.optim, self.buffer.sample(cfg.batch_size), cfg,
-                                self.updates % cfg.target_update_every == 0)
-                for k, v in info_u.items():
-                    sums[k] = sums[k] + v if k in sums else v
-                num_updates += 1
-        metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates),
-                   "charts/epsilon": self.epsilon}
-        if num_updates:  # one host sync per call, not per update
-            metrics.update({k: v.item() / num_updates for k, v in sums.items()})
-        return obs, metrics
+        return collect_and_update(self, env, obs, self._explore,
+                                  lambda batch: update(self.nets, self.optim, batch, cfg,
+                                                       self.updates % cfg.target_update_every == 0),
+                                  extra_metrics=lambda: {"charts/epsilon": self.epsilon})
 
     # -- persistence and hyperparameters
     def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "nets": self.nets.state_dict(),
-            "optim": self.optim.state_dict(),
-            "rng": self.rng.get_state(),
-            "env_steps": self.env_steps, "updates": self.updates, "owed_updates": self._owed_updates,
-        }
-        if self.config.save_buffer if include_buffer is None else include_buffer:
-            state["buffer"] = self.buffer.state_dict()
-        return state
+        return offpolicy_state(self, include_buffer)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.nets.load_state_dict(state["nets"])
-        self.optim.load_state_dict(state["optim"])
-        self.rng.set_state(state["rng"].cpu())
-        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
-        self._owed_updates = float(state["owed_updates"])
-        if "buffer" in state:
-            self.buffer.load_state_dict(state["buffer"])
+        load_offpolicy_state(self, state)
 
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        for group in self.optim.param_groups:
-            group["lr"] = self.config.lr
+        push_learning_rates(self.optim, self.config)  # one unnamed group: config.lr
 
 
 class DoubleDQN(DQN):

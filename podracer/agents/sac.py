@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, require_space, soft_update
+from podracer.agents.offpolicy import collect_and_update, load_offpolicy_state, offpolicy_state, push_learning_rates
 from podracer.agents.replay import Batch, ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -263,62 +264,29 @@ class SAC(AgentBase):
         u = torch.rand(n, self.act_dim, generator=self.rng, device=self.device)
         return (self.low + (self.high - self.low) * u).reshape(n, *self.action_space.shape)
 
+    def _explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uniform random actions during warm-up, then the noisy policy; stored flat in the buffer."""
+        actions = self._random_actions(obs.shape[0]) if warmup else self.act(obs)
+        return actions, actions.reshape(obs.shape[0], -1)
+
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
         the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
-        n = env.num_envs
-        sums: dict[str, torch.Tensor] = {}
-        num_updates = 0
-        for _ in range(cfg.num_steps):
-            warmup = self.env_steps < cfg.learning_starts
-            actions = self._random_actions(n) if warmup else self.act(obs)
-            next_obs, rewards, terminated, _truncated, info = env.step(actions)
-            # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
-            self.buffer.add(obs, actions.reshape(n, -1), rewards, info["final_obs"], terminated)
-            obs = next_obs
-            self.env_steps += n
-            if self.env_steps < cfg.learning_starts:
-                continue
-            self._owed_updates += n * cfg.updates_per_step
-            while self._owed_updates >= 1.0:
-                self._owed_updates -= 1.0
-                info_u = update(self.nets, self.optim, self.buffer.sample(cfg.batch_size), cfg,
-                                self.target_entropy, self.rng)
-                for k, v in info_u.items():
-                    sums[k] = sums[k] + v if k in sums else v
-                num_updates += 1
-        self.updates += num_updates
-        metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates)}
-        if num_updates:  # one host sync per call, not per update
-            metrics.update({k: v.item() / num_updates for k, v in sums.items()})
-        return obs, metrics
+        return collect_and_update(self, env, obs, self._explore,
+                                  lambda batch: update(self.nets, self.optim, batch, cfg,
+                                                       self.target_entropy, self.rng))
 
     # -- persistence and hyperparameters
     def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "nets": self.nets.state_dict(),
-            "optim": self.optim.state_dict(),
-            "rng": self.rng.get_state(),
-            "env_steps": self.env_steps, "updates": self.updates, "owed_updates": self._owed_updates,
-        }
-        if self.config.save_buffer if include_buffer is None else include_buffer:
-            state["buffer"] = self.buffer.state_dict()
-        return state
+        return offpolicy_state(self, include_buffer)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.nets.load_state_dict(state["nets"])
-        self.optim.load_state_dict(state["optim"])
-        self.rng.set_state(state["rng"].cpu())
-        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
-        self._owed_updates = float(state["owed_updates"])
-        if "buffer" in state:
-            self.buffer.load_state_dict(state["buffer"])
+        load_offpolicy_state(self, state)
 
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        for group in self.optim.param_groups:
-            group["lr"] = getattr(self.config, f"{group['name']}_lr")
+        push_learning_rates(self.optim, self.config)
         if "alpha" in hparams:  # restart the temperature there (autotune keeps adapting it)
             with torch.no_grad():
                 self.nets.log_alpha.fill_(math.log(self.config.alpha))

@@ -1,0 +1,99 @@
+"""Plain functions shared by the off-policy agents (DDPG, TD3, SAC, DQN): the collection loop,
+checkpoint state and learning-rate push.
+
+Functions, not a base class: each agent subclasses ``AgentBase`` directly (one level of
+inheritance, see STYLE.md) and its ``train_step`` stays a short visible call, while networks,
+losses, ``update`` and ``act`` stay in the agent's own file. The functions expect an agent with
+``config`` (``num_steps``, ``learning_starts``, ``updates_per_step``, ``batch_size``,
+``save_buffer``), ``nets``, ``optim``, ``rng``, ``buffer``, ``env_steps``, ``updates`` and
+``_owed_updates``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from podracer.agents.replay import Batch
+
+# (obs, warmup) -> (actions for env.step, actions as stored in the replay buffer)
+ChooseActions = Callable[[torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
+
+
+def collect_and_update(agent: Any, env: Any, obs: torch.Tensor, choose_actions: ChooseActions,
+                       update_fn: Callable[[Batch], dict[str, torch.Tensor]],
+                       extra_metrics: Callable[[], dict[str, float]] | None = None,
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    """``config.num_steps`` vector steps, each followed by the gradient updates it is owed.
+
+    Why shared: warm-up, storing ``info["final_obs"]``, the fractional-update bookkeeping and the
+    single host sync were copied verbatim in four agents. What differs between them comes in as
+    arguments: ``choose_actions(obs, warmup)`` (warm-up random actions, noise, ε-greedy) and
+    ``update_fn(batch)``, called after ``agent.updates`` is incremented so that delayed steps
+    (TD3's actor, DQN's target) can read it. ``extra_metrics()`` is called after the loop and its
+    keys go right after ``env_steps`` and ``charts/updates``.
+    """
+    cfg = agent.config
+    n = env.num_envs
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}  # per key: TD3 reports its actor loss on delayed updates only
+    num_updates = 0
+    for _ in range(cfg.num_steps):
+        env_actions, stored_actions = choose_actions(obs, agent.env_steps < cfg.learning_starts)
+        next_obs, rewards, terminated, _truncated, info = env.step(env_actions)
+        # final_obs, not next_obs: at a timeout next_obs is already the reset observation.
+        agent.buffer.add(obs, stored_actions, rewards, info["final_obs"], terminated)
+        obs = next_obs
+        agent.env_steps += n
+        if agent.env_steps < cfg.learning_starts:
+            continue
+        agent._owed_updates += n * cfg.updates_per_step
+        while agent._owed_updates >= 1.0:
+            agent._owed_updates -= 1.0
+            agent.updates += 1
+            info_u = update_fn(agent.buffer.sample(cfg.batch_size))
+            for k, v in info_u.items():
+                sums[k] = sums[k] + v if k in sums else v
+                counts[k] = counts.get(k, 0) + 1
+            num_updates += 1
+    metrics = {"env_steps": float(cfg.num_steps * n), "charts/updates": float(num_updates)}
+    if extra_metrics is not None:
+        metrics.update(extra_metrics())
+    # One host sync per call, not per update.
+    metrics.update({k: v.item() / counts[k] for k, v in sums.items()})
+    return obs, metrics
+
+
+def offpolicy_state(agent: Any, include_buffer: bool | None = None) -> dict[str, Any]:
+    """The agent's ``state_dict``: networks, optimizer, RNG and step counters, plus the replay
+    buffer when ``include_buffer`` (default ``config.save_buffer``). Shared so that every
+    off-policy checkpoint has the same keys and resumes the same way."""
+    state: dict[str, Any] = {
+        "nets": agent.nets.state_dict(),
+        "optim": agent.optim.state_dict(),
+        "rng": agent.rng.get_state(),
+        "env_steps": agent.env_steps, "updates": agent.updates, "owed_updates": agent._owed_updates,
+    }
+    if agent.config.save_buffer if include_buffer is None else include_buffer:
+        state["buffer"] = agent.buffer.state_dict()
+    return state
+
+
+def load_offpolicy_state(agent: Any, state: dict[str, Any]) -> None:
+    """Inverse of ``offpolicy_state``; the buffer is restored only if the checkpoint has one."""
+    agent.nets.load_state_dict(state["nets"])
+    agent.optim.load_state_dict(state["optim"])
+    agent.rng.set_state(state["rng"].cpu())  # Generator states live on the CPU whatever the device
+    agent.env_steps, agent.updates = int(state["env_steps"]), int(state["updates"])
+    agent._owed_updates = float(state["owed_updates"])
+    if "buffer" in state:
+        agent.buffer.load_state_dict(state["buffer"])
+
+
+def push_learning_rates(optimizer: torch.optim.Optimizer, config: Any) -> None:
+    """Set each param group's ``lr`` to ``config.<name>_lr`` (``config.lr`` for an unnamed group)
+    after ``set_hparams``, so a tournament's perturbed learning rates reach the live optimizer
+    (no rebuild: Adam's moments are kept)."""
+    for group in optimizer.param_groups:
+        group["lr"] = getattr(config, f"{group['name']}_lr" if "name" in group else "lr")
