@@ -34,9 +34,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
-from podracer.agents.offpolicy import collect_and_update, load_offpolicy_state, offpolicy_state, push_learning_rates
-from podracer.agents.replay import Batch, ReplayBuffer
+from podracer.agents.common import AgentBase, Preset, make_config, mlp, soft_update
+from podracer.agents.offpolicy import (box_bounds, collect_and_update, init_replay, load_offpolicy_state,
+                                         offpolicy_state, push_learning_rates)
+from podracer.agents.replay import Batch
 
 
 # ---------------------------------------------------------------------------- config
@@ -80,7 +81,6 @@ class DDPGConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < 0:
             raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-
 
 
 # Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
@@ -201,27 +201,14 @@ class DDPG(AgentBase):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DDPGConfig | dict | None = None,
                  device: str | torch.device = "cpu"):
         super().__init__(observation_space, action_space, config, device)
-        require_space("DDPG", action_space, (gym.spaces.Box,),
-                      "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
-        low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError(f"DDPG squashes actions into the Box bounds, which must be finite; got {action_space}. "
-                             f"Rescale the env's actions to a bounded Box")
+        low, high = box_bounds("DDPG", action_space)
         cfg = self.config
         self.act_dim = int(low.size)
         self.nets = DDPGNets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
         self.optim = make_optimizer(self.nets, cfg, self.device)
-        # Seeds drawn from torch's global RNG: `make_agent(..., seed=s)` fixes them too.
-        seeds = torch.randint(0, 2**62, (2,)).tolist()
-        self.rng = torch.Generator(device=self.device)
-        self.rng.manual_seed(seeds[0])
-        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_dim, (self.act_dim,), torch.float32, self.device,
-                                   seed=seeds[1])
+        init_replay(self, (self.act_dim,), torch.float32)
         self.low = torch.as_tensor(low, device=self.device)
         self.high = torch.as_tensor(high, device=self.device)
-        self.env_steps = 0  # env transitions collected so far, summed over sub-envs
-        self.updates = 0  # gradient updates done so far
-        self._owed_updates = 0.0  # fractional updates carried between vector steps
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:

@@ -41,8 +41,9 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
-from podracer.agents.offpolicy import collect_and_update, load_offpolicy_state, offpolicy_state, push_learning_rates
-from podracer.agents.replay import Batch, ReplayBuffer
+from podracer.agents.offpolicy import (collect_and_update, init_replay, load_offpolicy_state,
+                                         offpolicy_state, push_learning_rates)
+from podracer.agents.replay import Batch
 
 
 # ---------------------------------------------------------------------------- config
@@ -102,7 +103,6 @@ class DoubleDQNConfig(DQNConfig):
 class D3QNConfig(DQNConfig):
     double: bool = True
     dueling: bool = True
-
 
 
 # Tuned on this project's tensor envs (2-core CPU, one torch thread): many sub-envs, large batches,
@@ -204,14 +204,7 @@ class DQN(AgentBase):
         self.action_start = int(action_space.start)  # env actions are start + index
         self.nets = DQNNets(self.obs_dim, self.num_actions, cfg).to(self.device)
         self.optim = torch.optim.Adam(self.nets.q.parameters(), lr=cfg.lr, fused=self.device.type in ("cpu", "cuda"))
-        # Seeds drawn from torch's global RNG: `make_agent(..., seed=s)` fixes them too.
-        seeds = torch.randint(0, 2**62, (2,)).tolist()
-        self.rng = torch.Generator(device=self.device)
-        self.rng.manual_seed(seeds[0])
-        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_dim, (), torch.long, self.device, seed=seeds[1])
-        self.env_steps = 0  # env transitions collected so far, summed over sub-envs
-        self.updates = 0  # gradient updates done so far
-        self._owed_updates = 0.0  # fractional updates carried between vector steps
+        init_replay(self, (), torch.long)
 
     @property
     def epsilon(self) -> float:

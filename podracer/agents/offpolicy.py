@@ -13,9 +13,40 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import gymnasium as gym
+import numpy as np
 import torch
 
-from podracer.agents.replay import Batch
+from podracer.agents.common import require_space
+from podracer.agents.replay import Batch, ReplayBuffer
+
+def box_bounds(agent_name: str, action_space: gym.Space) -> tuple[np.ndarray, np.ndarray]:
+    """Flat ``(low, high)`` of a Box action space. Why shared: DDPG, TD3 and SAC all squash
+    actions into the bounds, so they need the same clear errors for a Discrete or unbounded space."""
+    require_space(agent_name, action_space, (gym.spaces.Box,),
+                  "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
+    low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(f"{agent_name} squashes actions into the Box bounds, which must be finite; got {action_space}. "
+                         f"Rescale the env's actions to a bounded Box")
+    return low, high
+
+
+def init_replay(agent: Any, action_shape: tuple[int, ...], action_dtype: torch.dtype) -> None:
+    """Give ``agent`` its random generator, replay buffer and step counters.
+
+    Why shared: every off-policy agent needs the same three, seeded the same way. Both seeds are
+    drawn from torch's global RNG, so ``make_agent(..., seed=s)`` fixes them with the weights.
+    """
+    seeds = torch.randint(0, 2**62, (2,)).tolist()
+    agent.rng = torch.Generator(device=agent.device)
+    agent.rng.manual_seed(seeds[0])
+    agent.buffer = ReplayBuffer(agent.config.buffer_size, agent.obs_dim, action_shape, action_dtype, agent.device,
+                                seed=seeds[1])
+    agent.env_steps = 0  # env transitions collected so far, summed over sub-envs
+    agent.updates = 0  # gradient updates done so far
+    agent._owed_updates = 0.0  # fractional updates carried between vector steps
+
 
 # (obs, warmup) -> (actions for env.step, actions as stored in the replay buffer)
 ChooseActions = Callable[[torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
