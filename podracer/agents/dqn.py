@@ -41,8 +41,8 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
-from podracer.agents.offpolicy import (collect_and_update, init_replay, load_offpolicy_state,
-                                         offpolicy_state, push_learning_rates)
+from podracer.agents.offpolicy import (check_config, collect_and_update, init_replay,
+                                         load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
 
 
@@ -74,24 +74,8 @@ class DQNConfig:
         return make_config(cls, {**PRESETS[name].config, **overrides})
 
     def __post_init__(self) -> None:
-        self.hidden = tuple(int(h) for h in self.hidden)
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        for name in ("lr", "updates_per_step"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("start_e", "end_e"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not self.hidden or min(self.hidden) < 1:
-            raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {self.hidden}")
-        for name in ("batch_size", "buffer_size", "num_steps", "target_update_every", "exploration_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        check_config(self, positive=("lr",), at_least_one=("target_update_every", "exploration_steps"),
+                     unit_interval=("start_e", "end_e"))
 
 
 @dataclass

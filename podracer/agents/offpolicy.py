@@ -20,6 +20,34 @@ import torch
 from podracer.agents.common import require_space
 from podracer.agents.replay import Batch, ReplayBuffer
 
+def check_config(cfg: Any, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = (),
+                 at_least_one: tuple[str, ...] = (), unit_interval: tuple[str, ...] = ()) -> None:
+    """The ``__post_init__`` checks every off-policy config shares (gamma, tau, network sizes,
+    replay sizes), plus the agent's own fields by kind. Why shared: the same replay fields appear
+    in every off-policy config and must fail with the same clear messages."""
+    cfg.hidden = tuple(int(h) for h in cfg.hidden)  # a list from a checkpoint or YAML is fine
+    if not 0.0 < cfg.gamma <= 1.0:
+        raise ValueError(f"gamma must be in (0, 1], got {cfg.gamma}")
+    if not 0.0 < cfg.tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {cfg.tau}")
+    for name in (*positive, "updates_per_step"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+    for name in non_negative:
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    for name in unit_interval:
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(cfg, name)}")
+    if not cfg.hidden or min(cfg.hidden) < 1:
+        raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {cfg.hidden}")
+    for name in (*at_least_one, "batch_size", "buffer_size", "num_steps"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.learning_starts < 0:
+        raise ValueError(f"learning_starts must be >= 0, got {cfg.learning_starts}")
+
+
 def box_bounds(agent_name: str, action_space: gym.Space) -> tuple[np.ndarray, np.ndarray]:
     """Flat ``(low, high)`` of a Box action space. Why shared: DDPG, TD3 and SAC all squash
     actions into the bounds, so they need the same clear errors for a Discrete or unbounded space."""

@@ -40,8 +40,8 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, soft_update
-from podracer.agents.offpolicy import (box_bounds, collect_and_update, init_replay, load_offpolicy_state,
-                                         offpolicy_state, push_learning_rates)
+from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, init_replay,
+                                         load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -74,23 +74,9 @@ class SACConfig:
         return make_config(cls, {**PRESETS[name].config, **overrides})
 
     def __post_init__(self) -> None:
-        self.hidden = tuple(int(h) for h in self.hidden)
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "updates_per_step"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_config(self, positive=("actor_lr", "critic_lr", "alpha_lr"))
         if self.alpha < 0 or (self.autotune and self.alpha == 0):
             raise ValueError(f"alpha must be >= 0 (> 0 with autotune), got {self.alpha}")
-        if not self.hidden or min(self.hidden) < 1:
-            raise ValueError(f"hidden must be a non-empty tuple of positive sizes, got {self.hidden}")
-        for name in ("batch_size", "buffer_size", "num_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
 
 
 # Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
