@@ -26,6 +26,7 @@ Our deviations and choices:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,7 +36,7 @@ import torch
 from torch import nn
 
 from podracer.agents.common import AgentBase, Preset, make_config, mlp, soft_update
-from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, init_replay,
+from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
 
@@ -204,20 +205,11 @@ class DDPG(AgentBase):
             actions = torch.maximum(torch.minimum(actions, self.high), self.low)
         return actions.reshape(obs.shape[0], *self.action_space.shape)
 
-    def _random_actions(self, n: int) -> torch.Tensor:
-        u = torch.rand(n, self.act_dim, generator=self.rng, device=self.device)
-        return (self.low + (self.high - self.low) * u).reshape(n, *self.action_space.shape)
-
-    def _explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Uniform random actions during warm-up, then the noisy policy; stored flat in the buffer."""
-        actions = self._random_actions(obs.shape[0]) if warmup else self.act(obs)
-        return actions, actions.reshape(obs.shape[0], -1)
-
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
         the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
-        return collect_and_update(self, env, obs, self._explore,
+        return collect_and_update(self, env, obs, functools.partial(explore_box, self),
                                   lambda batch: update(self.nets, self.optim, batch, cfg))
 
     # -- persistence and hyperparameters

@@ -76,6 +76,20 @@ def init_replay(agent: Any, action_shape: tuple[int, ...], action_dtype: torch.d
     agent._owed_updates = 0.0  # fractional updates carried between vector steps
 
 
+def explore_box(agent: Any, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions for a Box agent's collection step: uniform in ``[agent.low, agent.high]`` during
+    warm-up (from the agent's own generator), then its exploring policy ``agent.act(obs)``.
+    Returns (actions for ``env.step``, the same actions flat for the replay buffer). Why shared:
+    DDPG, TD3 and SAC explore the same way; only their ``act`` differs."""
+    n = obs.shape[0]
+    if warmup:
+        u = torch.rand(n, agent.act_dim, generator=agent.rng, device=agent.device)
+        actions = (agent.low + (agent.high - agent.low) * u).reshape(n, *agent.action_space.shape)
+    else:
+        actions = agent.act(obs)
+    return actions, actions.reshape(n, -1)
+
+
 # (obs, warmup) -> (actions for env.step, actions as stored in the replay buffer)
 ChooseActions = Callable[[torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
 
