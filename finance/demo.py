@@ -76,6 +76,12 @@ def _seed_table(results: list[BacktestResult]) -> pd.DataFrame:
     return pd.DataFrame({"mean": table.mean(), "std": table.std(ddof=1), "min": table.min(), "max": table.max()})
 
 
+def _board_summary(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard columns a reader wants: lineage, score, what changed, hyperparameters."""
+    keep = ["parent_id", "generation", "pod", "score", "env_steps", "changes"]
+    return board[keep + [c for c in board.columns if c.startswith("hp/")]]
+
+
 def main(argv: list[str] | None = None) -> Path:
     size = os.environ.get("PODRACER_SIZE", "smoke")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> Path:
           f"{sizes['generation_steps']:,} env steps")
     tournament = run_tournament(market, store, args.pods, sizes["generation_steps"], sizes["generations"])
     board = tournament.board.to_frame()
-    board.to_csv(out / "leaderboard.csv", index=False)
+    board.to_csv(out / "leaderboard.csv")  # the index is the entry id
 
     test_env = eval_env(market, "test")
     common = dict(benchmark=market.benchmark["test"], train_close=market.close["train"])
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> Path:
         f"## Single-pod PPO over {args.seeds} seeds (test period)", "",
         _seed_table(seeds).to_markdown(floatfmt=".3f"), "",
         "## Leaderboard (validation score: % return over 2017-2018)", "",
-        board.head(10).to_markdown(index=False, floatfmt=".3f"), "",
+        _board_summary(board).head(10).to_markdown(floatfmt=".3g"), "",
         "![equity](equity.png)", "",
     ]))
     print(f"\n{table.to_string(float_format=lambda x: f'{x:.3f}')}")
