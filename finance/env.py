@@ -86,7 +86,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from podracer.envs.base import TensorVecEnv, check_actions
+from podracer.envs.base import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor
 
@@ -328,19 +328,6 @@ class StockTradingVecEnv(TensorVecEnv):
         obs[:, 0] = cash / self.initial_cash
         obs[:, 1:1 + self.num_stocks] = position_value / self.initial_cash
         return obs
-
-    def _check(self, actions: torch.Tensor) -> None:
-        """The protocol's action check, with a fast path for valid batches: finiteness from one
-        sum (NaN and inf propagate into it) instead of an elementwise isfinite, about 20x
-        cheaper at 4096 x 20. Anything else goes to ``check_actions`` for its precise error (or
-        passes it: finite values so large that their sum overflows)."""
-        if not self.validate_actions:
-            return
-        if (isinstance(actions, torch.Tensor) and actions.shape == (self.num_envs, self.num_stocks)
-                and actions.dtype.is_floating_point and actions.device == self.device
-                and bool(torch.isfinite(actions.sum()))):
-            return
-        check_actions(actions, self.num_envs, self.single_action_space, self.device)
 
     # -- protocol
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
