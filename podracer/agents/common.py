@@ -143,6 +143,14 @@ def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = 
     return cls(**overrides)
 
 
+def preset_config(cls: type, agent: str, presets: dict[str, "Preset"], name: str, overrides: dict[str, Any]) -> Any:
+    """Config ``cls`` from the tuned ``presets[name]`` with ``overrides`` on top; an unknown
+    preset is an error that lists the available ones."""
+    if name not in presets:
+        raise ValueError(f"no {agent} preset {name!r}; available: {sorted(presets)}")
+    return make_config(cls, {**presets[name].config, **overrides})
+
+
 def mutable_bounds(config: Any) -> dict[str, tuple[float, float]]:
     """``{field: (low, high)}`` for the config fields declared mutable (tournament PBT)."""
     return {f.name: tuple(f.metadata["mutable"]) for f in dataclasses.fields(config) if "mutable" in f.metadata}

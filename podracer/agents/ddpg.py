@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, make_config, mlp, soft_update
+from podracer.agents.common import AgentBase, Preset, mlp, preset_config, soft_update
 from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -60,9 +60,7 @@ class DDPGConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "DDPGConfig":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        if name not in PRESETS:
-            raise ValueError(f"no DDPG preset {name!r}; available: {sorted(PRESETS)}")
-        return make_config(cls, {**PRESETS[name].config, **overrides})
+        return preset_config(cls, "DDPG", PRESETS, name, overrides)
 
     def __post_init__(self) -> None:
         check_config(self, positive=("actor_lr", "critic_lr"), non_negative=("exploration_noise",))

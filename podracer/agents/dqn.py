@@ -40,7 +40,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, make_config, mlp, require_space, soft_update
+from podracer.agents.common import AgentBase, Preset, mlp, preset_config, require_space, soft_update
 from podracer.agents.offpolicy import (check_config, collect_and_update, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -69,9 +69,7 @@ class DQNConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "DQNConfig":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        if name not in PRESETS:
-            raise ValueError(f"no DQN preset {name!r}; available: {sorted(PRESETS)}")
-        return make_config(cls, {**PRESETS[name].config, **overrides})
+        return preset_config(cls, "DQN", PRESETS, name, overrides)
 
     def __post_init__(self) -> None:
         check_config(self, positive=("lr",), at_least_one=("target_update_every", "exploration_steps"),

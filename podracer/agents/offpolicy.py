@@ -55,8 +55,8 @@ def box_bounds(agent_name: str, action_space: gym.Space) -> tuple[np.ndarray, np
                   "for Discrete actions use 'dqn', 'double_dqn', 'd3qn' or 'ppo'")
     low, high = np.asarray(action_space.low, np.float32).ravel(), np.asarray(action_space.high, np.float32).ravel()
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise ValueError(f"{agent_name} squashes actions into the Box bounds, which must be finite; got {action_space}. "
-                         f"Rescale the env's actions to a bounded Box")
+        raise ValueError(f"{agent_name} squashes actions into the Box bounds, which must be finite; "
+                         f"got {action_space}. Rescale the env's actions to a bounded Box")
     return low, high
 
 

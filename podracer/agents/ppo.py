@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, RunningMeanStd, make_config, mlp, require_space
+from podracer.agents.common import AgentBase, Preset, RunningMeanStd, mlp, preset_config, require_space
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -134,9 +134,7 @@ class PPOConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        if name not in PRESETS:
-            raise ValueError(f"no PPO preset {name!r}; available: {sorted(PRESETS)}")
-        return make_config(cls, {**PRESETS[name].config, **overrides})
+        return preset_config(cls, "PPO", PRESETS, name, overrides)
 
 
 

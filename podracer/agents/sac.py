@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, soft_update
+from podracer.agents.common import AgentBase, Preset, QEnsemble, mlp, preset_config, soft_update
 from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -70,9 +70,7 @@ class SACConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "SACConfig":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        if name not in PRESETS:
-            raise ValueError(f"no SAC preset {name!r}; available: {sorted(PRESETS)}")
-        return make_config(cls, {**PRESETS[name].config, **overrides})
+        return preset_config(cls, "SAC", PRESETS, name, overrides)
 
     def __post_init__(self) -> None:
         check_config(self, positive=("actor_lr", "critic_lr", "alpha_lr"))

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, QEnsemble, make_config, mlp, soft_update
+from podracer.agents.common import AgentBase, Preset, QEnsemble, mlp, preset_config, soft_update
 from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -64,9 +64,7 @@ class TD3Config:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TD3Config":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        if name not in PRESETS:
-            raise ValueError(f"no TD3 preset {name!r}; available: {sorted(PRESETS)}")
-        return make_config(cls, {**PRESETS[name].config, **overrides})
+        return preset_config(cls, "TD3", PRESETS, name, overrides)
 
     def __post_init__(self) -> None:
         check_config(self, positive=("actor_lr", "critic_lr"),
