@@ -1,9 +1,9 @@
 """Time and env steps to a deterministic eval return >= -250 on Pendulum: Podracer SAC / TD3 vs
 Stable-Baselines3 SAC / TD3.
 
-Podracer: ``make_agent(name, PendulumVecEnv(8), **PRESETS["pendulum"].config)`` trained by the
-unchanged ``podracer.train``. SB3: ``SAC("MlpPolicy")`` / ``TD3("MlpPolicy")`` with default settings
-on gymnasium's ``Pendulum-v1`` (one env). Both are evaluated by ``podracer.evaluate`` every
+Podracer: ``make_agent(name, PendulumVecEnv(8), preset="pendulum")`` (each agent file's
+``PRESETS["pendulum"]``) trained by the unchanged ``podracer.train``. SB3: ``SAC("MlpPolicy")`` /
+``TD3("MlpPolicy")`` with default settings on gymnasium's ``Pendulum-v1`` (one env). Both are evaluated by ``podracer.evaluate`` every
 ``--eval-every`` env steps on the same 10 episodes (``PendulumVecEnv(10)``, same dynamics as
 Pendulum-v1, reset with seed 10_000), deterministic actions; training time excludes evaluation.
 Both run in this process, one after the other, with the same torch thread count.
@@ -33,8 +33,8 @@ def run_podracer(name: str, seed: int, eval_every: int, max_steps: int) -> dict[
     preset = {"sac": sac, "td3": td3, "ddpg": ddpg}[name].PRESETS["pendulum"]
     podracer.seed_everything(seed)
     env = PendulumVecEnv(num_envs=preset.num_envs)
-    agent = make_agent(name, env, seed=seed, **preset.config)
-    chunk = agent.config.num_steps * env.num_envs
+    agent = make_agent(name, env, seed=seed, preset="pendulum", verbose=False)
+    chunk = agent.steps_per_train_step(env.num_envs)
     if eval_every % chunk:
         raise ValueError(f"--eval-every must be a multiple of the {chunk} env steps of one train_step")
     _, history = train(agent, env, max_steps, eval_env=PendulumVecEnv(num_envs=10), eval_every=eval_every,

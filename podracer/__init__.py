@@ -1,12 +1,40 @@
-"""Podracer: compact RL agents on batched tensor environments, one pod or a tournament of them."""
+"""Podracer: compact RL agents on batched tensor environments, one pod or a tournament of them.
 
-from podracer.agents import AGENTS, AgentBase, get_agent_class, make_agent
+The stable API (1.x; see the README's API section): everything listed in ``__all__`` below.
+Renames keep the old name working, with a FutureWarning, for one minor version.
+"""
+
+# Envs: the batched-tensor protocol, the envs we ship, any gymnasium env through the adapter.
 from podracer.envs import check_env, make_env, make_gym_env
-from podracer.evaluate import evaluate
+
+# Agents: one name per algorithm, presets per task, save/load.
+from podracer.agents import AGENTS, AgentBase, load_agent, make_agent, resolve_agent
+from podracer.presets import Preset, get_preset, presets, register_preset
+
+# One pod: train, evaluate, seed; any agent or callable obs -> actions is a policy.
+from podracer.evaluate import as_policy, evaluate
 from podracer.train import iterate_training, seed_everything, train
+
+# Many pods: the tournament and its leaderboard; checkpoints that are never half-written.
+from podracer.checkpoints import CheckpointError
 from podracer.tournament import Ensemble, Leaderboard, Tournament, TournamentConfig
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
-__all__ = ["AGENTS", "AgentBase", "Ensemble", "Leaderboard", "Tournament", "TournamentConfig", "check_env", "evaluate",
-           "get_agent_class", "iterate_training", "make_agent", "make_env", "make_gym_env", "seed_everything", "train"]
+__all__ = [
+    "check_env", "make_env", "make_gym_env",
+    "AGENTS", "AgentBase", "load_agent", "make_agent", "resolve_agent",
+    "Preset", "get_preset", "presets", "register_preset",
+    "as_policy", "evaluate", "iterate_training", "seed_everything", "train",
+    "CheckpointError", "Ensemble", "Leaderboard", "Tournament", "TournamentConfig",
+]
+
+
+def __getattr__(name: str):
+    if name == "get_agent_class":  # the 0.1 name of resolve_agent
+        import warnings
+
+        warnings.warn("podracer.get_agent_class is renamed podracer.resolve_agent; the old name will be removed in "
+                      "podracer 1.2", FutureWarning, stacklevel=2)
+        return resolve_agent
+    raise AttributeError(f"module 'podracer' has no attribute {name!r}")

@@ -7,9 +7,10 @@ Train one pod and evaluate it, or evaluate a saved checkpoint::
     podracer eval runs/ppo_pendulum/checkpoints/last.pt pendulum --episodes 32
 
 ``ENV`` is a tensor env ("pendulum", "cartpole") or any registered gymnasium id (through the
-adapter). When the agent has a tuned preset for ``ENV`` (``PPO.presets``), its config, sub-env
-count and training length are the defaults; ``--num-envs``, ``--steps`` and ``--set`` override them
-(a preset's learning-rate annealing is stretched to ``--steps``). Torch runs on one CPU thread
+adapter). When the agent has a tuned preset for ``ENV`` (``podracer.presets()``), its config,
+sub-env count and training length are the defaults; ``--num-envs``, ``--steps`` and ``--set``
+override them (a preset's learning-rate annealing follows ``--steps``, as ``train`` does from
+Python). ``AGENT`` is a registry name or ``package.module:Class``. Torch runs on one CPU thread
 unless ``--threads`` says otherwise.
 """
 
@@ -43,27 +44,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     import podracer
-    from podracer.agents.registry import get_agent_class
+    from podracer.agents.registry import resolve_agent
+    from podracer.presets import find_preset
 
     try:
-        agent_cls = get_agent_class(args.agent)
-    except ValueError as err:  # the message lists the available agents
+        agent_cls = resolve_agent(args.agent)
+    except (ValueError, TypeError, ImportError, AttributeError) as err:  # the message lists the available agents
         raise SystemExit(f"podracer train: {err}") from None
-    preset = getattr(agent_cls, "presets", {}).get(args.env.lower())  # presets are optional per agent
+    preset = find_preset(agent_cls, args.env)  # presets are optional per agent and task
     num_envs = args.num_envs or (preset.num_envs if preset else 16)
     steps = args.steps or (preset.total_steps if preset else 100_000)
     overrides = _parse_overrides(args.set)
-    config = {**(preset.config if preset else {}), **overrides}
-    if config.get("anneal_steps") and "anneal_steps" not in overrides:
-        config["anneal_steps"] = steps  # the preset anneals over its own length: stretch it to --steps
-    log_dir = Path(args.log_dir or f"runs/{args.agent.lower()}_{args.env.lower()}_seed{args.seed}")
+    log_dir = Path(args.log_dir or f"runs/{args.agent.lower().replace(':', '_')}_{args.env.lower()}_seed{args.seed}")
 
     torch.set_num_threads(args.threads)
     try:  # an unknown env name or --set key: the messages list the valid ones
         env = podracer.make_env(args.env, num_envs=num_envs, device=args.device)
         eval_env = podracer.make_env(args.env, num_envs=args.eval_episodes, device=args.device)
         podracer.seed_everything(args.seed)
-        agent = podracer.make_agent(agent_cls, env, **config)
+        # The same call as from Python: the preset (if any) by the env's task, --set on top; its
+        # learning-rate annealing (anneal_lr) follows the run length, --steps here.
+        agent = podracer.make_agent(agent_cls, env, seed=args.seed, verbose=False, **overrides)
     except ValueError as err:
         raise SystemExit(f"podracer train: {err}") from None
     print(f"training {agent_cls.__name__} on {args.env} ({num_envs} sub-envs, {steps} steps, "
@@ -91,7 +92,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise SystemExit(f"podracer eval: no checkpoint at {path}; train one with `podracer train ... --log-dir DIR` "
                          f"and pass DIR/checkpoints/last.pt")
     torch.set_num_threads(args.threads)
-    agent = AgentBase.load(path, device=args.device)
+    try:
+        agent = AgentBase.load(path, device=args.device)
+    except (podracer.CheckpointError, ValueError, TypeError, ImportError) as err:
+        raise SystemExit(f"podracer eval: {err}") from None
     try:
         env = podracer.make_env(args.env, num_envs=args.episodes, device=args.device)
     except ValueError as err:

@@ -47,7 +47,6 @@ def learning_curve_figure(history: pd.DataFrame, title: str = "") -> Figure:
 
 def main(argv: Sequence[str] | None = None) -> int:
     import podracer
-    from podracer.agents.ppo import PRESETS
 
     parser = argparse.ArgumentParser(prog="python -m podracer.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/demo", help="output folder")
@@ -55,13 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    preset = PRESETS["pendulum"]
+    preset = podracer.get_preset("ppo", "pendulum")  # sub-env count, step budget and config tuned for the task
     steps = args.steps or preset.total_steps
     out = Path(args.out)
     env = podracer.make_env("pendulum", num_envs=preset.num_envs)
     eval_env = podracer.make_env("pendulum", num_envs=16)
-    podracer.seed_everything(args.seed)
-    agent = podracer.make_agent("ppo", env, **preset.config)
+    agent = podracer.make_agent("ppo", env, seed=args.seed)  # picks the "pendulum" preset by itself
     print(f"Podracer demo: PPO on {preset.num_envs} batched Pendulum envs for {steps} steps (CPU, 1 thread)")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small MLPs: a second thread mostly adds overhead, and contention on a busy machine

@@ -8,8 +8,10 @@ progress bar, CSV and TensorBoard logs and checkpoints, and returns the agent an
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,19 +33,24 @@ def seed_everything(seed: int) -> None:
 
 
 def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = None, eval_every: int = 10_000,
-                     seed: int = 0, eval_seed: int = 10_000) -> Iterator[dict[str, float]]:
+                     seed: int | None = None, eval_seed: int = 10_000) -> Iterator[dict[str, float]]:
     """Yield a metrics dict after every ``agent.train_step``.
 
-    Keys: ``global_step`` (env steps so far, summed over sub-envs), ``time/wall_s``,
+    The env is reset first (with ``seed`` when given; ``None`` continues the env's own random
+    stream, so two calls see different episodes), then ``agent.begin_training(total_steps)`` lets
+    the agent start its per-run state (PPO: reward-scaling return, learning-rate annealing).
+
+    Keys: ``global_step`` (env steps so far in this run, summed over sub-envs), ``time/wall_s``,
     ``time/train_s`` (excluding evaluation), ``charts/steps_per_second``, the agent's own
     ``loss/...`` keys, ``charts/episodic_return`` when episodes finished, and ``eval/...`` keys
     every ``eval_every`` steps and at the end (deterministic policy, ``eval_env.reset(eval_seed)``).
     """
-    if total_steps <= 0:
-        raise ValueError(f"total_steps must be positive, got {total_steps}")
+    total_steps = _check_steps(total_steps)
     if not isinstance(env, RecordEpisodeStatistics):
         env = RecordEpisodeStatistics(env)
     obs, _ = env.reset(seed=seed)
+    if hasattr(agent, "begin_training"):
+        agent.begin_training(total_steps)
     steps, next_eval = 0, eval_every
     start = time.perf_counter()
     eval_time = 0.0
@@ -67,16 +74,57 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
         yield row
 
 
-def train(agent: Any, env: Any, total_steps: int, eval_env: Any = None, eval_every: int = 10_000, seed: int = 0,
-          log_dir: str | Path | None = None, checkpoint_every: int | None = None, progress: bool = True,
-          target_return: float | None = None) -> tuple[Any, pd.DataFrame]:
+def _check_steps(total_steps: Any) -> int:
+    if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral) or total_steps <= 0:
+        raise ValueError(f"total_steps must be a positive whole number of env steps, got {total_steps!r}")
+    return int(total_steps)
+
+
+def planned_steps(agent: Any, num_envs: int, total_steps: int) -> int:
+    """Env steps a run of ``total_steps`` really takes: whole ``train_step`` calls, so the next
+    multiple of one call's steps. Warns, saying by how much, when ``total_steps`` is smaller than
+    one call or the overshoot is 1% of ``total_steps`` or more (a few steps past 100,000 are
+    not worth a warning; 131,072 steps for a budget of 10,000 are)."""
+    per_call = agent.steps_per_train_step(num_envs) if hasattr(agent, "steps_per_train_step") else 0
+    if per_call <= 0:
+        return total_steps
+    planned = math.ceil(total_steps / per_call) * per_call
+    what = (f"one {type(agent).__name__}.train_step collects {per_call:,} env steps "
+            f"({per_call // num_envs} vector steps x num_envs={num_envs})")
+    if total_steps < per_call:
+        warnings.warn(f"total_steps={total_steps:,} is smaller than one training step: {what}, so training runs "
+                      f"{per_call:,} steps ({per_call - total_steps:,} more). Raise total_steps or lower num_steps "
+                      f"or num_envs", UserWarning, stacklevel=3)
+    elif planned - total_steps >= 0.01 * total_steps:
+        warnings.warn(f"total_steps={total_steps:,} is not a multiple of one training step: {what}, so training "
+                      f"runs {planned:,} steps ({planned - total_steps:,} more). Use total_steps={planned:,} or "
+                      f"{planned - per_call:,} to silence this", UserWarning, stacklevel=3)
+    return planned
+
+
+def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = None, eval_every: int = 10_000,
+          seed: int | None = None, log_dir: str | Path | None = None, checkpoint_every: int | None = None,
+          progress: bool = True, target_return: float | None = None) -> tuple[Any, pd.DataFrame]:
     """Train ``agent`` on ``env`` for ``total_steps`` env steps (summed over sub-envs).
+
+    ``total_steps=None`` takes the step budget of the preset the agent was built from
+    (``agent.preset.total_steps``). Training runs whole ``train_step`` calls: when that overshoots
+    ``total_steps`` (or ``total_steps`` is smaller than one call) a warning says by how much.
+    ``seed`` seeds the env's reset (``None``: continue its own random stream).
 
     With ``log_dir``: ``progress.csv`` (rewritten after each evaluation and at the end),
     TensorBoard event files, and checkpoints ``checkpoints/step_<n>.pt`` every
     ``checkpoint_every`` steps plus ``checkpoints/last.pt``. ``target_return`` stops training at
     the first evaluation whose mean return reaches it. Returns ``(agent, history)``.
     """
+    if total_steps is None:
+        preset = getattr(agent, "preset", None)
+        if preset is None:
+            raise ValueError(f"give total_steps: this {type(agent).__name__} was not built from a preset, so it has no "
+                             f"step budget (podracer.presets() lists the presets and their budgets)")
+        total_steps = preset.total_steps
+    total_steps = _check_steps(total_steps)
+    planned_steps(agent, env.num_envs, total_steps)
     log_dir = Path(log_dir) if log_dir is not None else None
     writer = None
     if log_dir is not None:

@@ -6,6 +6,7 @@ more seeds.
 """
 
 import importlib
+import math
 import os
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 import podracer
-from podracer import evaluate, get_agent_class, make_agent, train
+from podracer import evaluate, make_agent, resolve_agent, train
 from podracer.agents import AgentBase
 from podracer.agents.replay import Batch
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
@@ -57,11 +58,11 @@ ENVS = {"pendulum": PendulumVecEnv, "cartpole": CartPoleVecEnv}
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name,task,stop_at,threshold", LEARNING, ids=[x[0] for x in LEARNING])
 def test_learns(name, task, stop_at, threshold, seed):
-    preset = get_agent_class(name).presets[task]
+    preset = resolve_agent(name).presets[task]
     env_cls = ENVS[task]
     podracer.seed_everything(seed)
     env, eval_env = env_cls(num_envs=preset.num_envs), env_cls(num_envs=10)
-    agent = make_agent(name, env, seed=seed, **preset.config)
+    agent = make_agent(name, env, seed=seed, preset=task)
     agent, history = train(agent, env, preset.total_steps, eval_env=eval_env,
                            eval_every=500 if task == "pendulum" else 2_000, seed=seed, progress=False,
                            target_return=stop_at)
@@ -106,34 +107,34 @@ class ToyVecEnv:
 
 def bootstrap_value(agent: Any, next_obs: torch.Tensor) -> torch.Tensor:
     """V(s') exactly as each agent's update computes it (same generator draws)."""
-    mod, nets = module_of(agent.name), agent.nets
+    mod, model = module_of(agent.name), agent.model
     if agent.name == "sac":
-        return mod.soft_value(nets, next_obs, agent.rng)
+        return mod.soft_value(model, next_obs, agent.generator)
     if agent.name == "td3":
-        return mod.smoothed_target_value(nets, next_obs, agent.config, agent.rng)
+        return mod.smoothed_target_value(model, next_obs, agent.config, agent.generator)
     if agent.name == "ddpg":
-        return mod.target_value(nets, next_obs)
-    return mod.target_value(nets, next_obs, agent.config.double)
+        return mod.target_value(model, next_obs)
+    return mod.target_value(model, next_obs, agent.config.double)
 
 
 def critic_mse(agent: Any, batch: Batch, targets: torch.Tensor) -> float:
     with torch.no_grad():
         if agent.name in DISCRETE:
-            q = agent.nets.q(batch.obs).gather(-1, batch.actions[:, None]).squeeze(-1)
+            q = agent.model.q(batch.obs).gather(-1, batch.actions[:, None]).squeeze(-1)
             return (q - targets).pow(2).mean().item()
-        q = agent.nets.critic(batch.obs, batch.actions)  # (K, B) or (B,)
+        q = agent.model.critic(batch.obs, batch.actions)  # (K, B) or (B,)
         return (q - targets).pow(2).mean(dim=-1).sum().item()
 
 
 def run_update(agent: Any, batch: Batch) -> dict[str, torch.Tensor]:
     mod, cfg = module_of(agent.name), agent.config
     if agent.name == "sac":
-        return mod.update(agent.nets, agent.optim, batch, cfg, agent.target_entropy, agent.rng)
+        return mod.update(agent.model, agent.optimizer, batch, cfg, agent.target_entropy, agent.generator)
     if agent.name == "td3":
-        return mod.update(agent.nets, agent.optim, batch, cfg, True, agent.rng)
+        return mod.update(agent.model, agent.optimizer, batch, cfg, True, agent.generator)
     if agent.name == "ddpg":
-        return mod.update(agent.nets, agent.optim, batch, cfg)
-    return mod.update(agent.nets, agent.optim, batch, cfg, False)
+        return mod.update(agent.model, agent.optimizer, batch, cfg)
+    return mod.update(agent.model, agent.optimizer, batch, cfg, False)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -150,10 +151,10 @@ def test_truncation_bootstraps_and_termination_does_not(name):
     assert torch.equal(batch.next_obs, final_obs), "next_obs must be info['final_obs'], not the reset obs"
     assert batch.terminated.tolist() == [False, True, False], "only real terminations may be stored as done"
 
-    state = agent.rng.get_state()
+    state = agent.generator.get_state()
     v_final = bootstrap_value(agent, final_obs)
     v_reset = bootstrap_value(agent, torch.full((3, 2), -3.0))
-    agent.rng.set_state(state)
+    agent.generator.set_state(state)
     expected = torch.tensor([1.0 + gamma * v_final[0].item(),  # truncated: r + gamma * V(final_obs)
                              2.0,  # terminated: r alone
                              3.0 + gamma * v_final[2].item()])  # running: r + gamma * V(s')
@@ -164,7 +165,7 @@ def test_truncation_bootstraps_and_termination_does_not(name):
     # The update itself regresses onto exactly these targets (its loss is measured before the step).
     want = critic_mse(agent, batch, expected)
     info = run_update(agent, batch)
-    got = info["loss/q" if name in DISCRETE else "loss/critic"].item()
+    got = info["loss/critic"].item()
     assert got == pytest.approx(want, rel=1e-5)
 
 
@@ -172,8 +173,8 @@ def test_truncation_bootstraps_and_termination_does_not(name):
 def small_agent(name: str, device: str = "cpu", **overrides: Any):
     env_cls = CartPoleVecEnv if name in DISCRETE else PendulumVecEnv
     env = env_cls(num_envs=4, device=device)
-    cfg = dict(hidden=(16, 16), learning_starts=32, batch_size=16, num_steps=8, buffer_size=1_000)
-    return make_agent(name, env, seed=0, **{**cfg, **overrides}), env
+    cfg = dict(hidden_sizes=(16, 16), learning_starts=32, batch_size=16, num_steps=8, buffer_size=1_000)
+    return make_agent(name, env, seed=0, preset=None, **{**cfg, **overrides}), env
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -193,7 +194,7 @@ def test_train_step_metrics_and_determinism(name, device):
     assert rows == run()  # same seed, same numbers
     assert all(r["env_steps"] == 32 for r in rows)
     last = rows[-1]
-    loss_keys = {"loss/q"} if name in DISCRETE else {"loss/critic", "loss/actor"}
+    loss_keys = {"loss/critic"} if name in DISCRETE else {"loss/critic", "loss/actor"}
     assert loss_keys <= set(last), sorted(last)
     assert all(isinstance(v, float) for v in last.values())
     if name == "sac":
@@ -243,8 +244,8 @@ def test_discrete_agents_reject_box_actions(name):
 @pytest.mark.parametrize("name", ALL)
 def test_unknown_and_invalid_config_keys(name):
     env = CartPoleVecEnv(num_envs=2) if name in DISCRETE else PendulumVecEnv(num_envs=2)
-    with pytest.raises(ValueError, match=r"unknown \w+Config field\(s\) \['learning_rate'\]"):
-        make_agent(name, env, learning_rate=1e-3)
+    with pytest.raises(ValueError, match=r"unknown \w+Config field\(s\) \['lerning_rate'\]"):
+        make_agent(name, env, lerning_rate=1e-3)
     with pytest.raises(ValueError, match="gamma must be in"):
         make_agent(name, env, gamma=1.5)
 
@@ -252,9 +253,9 @@ def test_unknown_and_invalid_config_keys(name):
 @pytest.mark.parametrize("name", ALL)
 def test_set_hparams_reaches_the_optimizer(name):
     agent, _ = small_agent(name)
-    lr_field = "lr" if name in DISCRETE else "actor_lr"
+    lr_field = "learning_rate" if name in DISCRETE else "actor_lr"
     agent.set_hparams(**{lr_field: 1.234e-4})
-    groups = agent.optim.param_groups
+    groups = agent.optimizer.param_groups
     if name not in DISCRETE:  # one optimizer, a named group per network
         groups = [g for g in groups if g["name"] == "actor"]
     assert [g["lr"] for g in groups] == [1.234e-4]
@@ -268,11 +269,156 @@ def test_dqn_variants_are_config_presets():
     assert (dqn.config.double, dqn.config.dueling) == (False, False)
     assert (ddqn.config.double, ddqn.config.dueling) == (True, False)
     assert (d3qn.config.double, d3qn.config.dueling) == (True, True)
-    assert d3qn.nets.q.dueling and not ddqn.nets.q.dueling
+    assert d3qn.model.q.dueling and not ddqn.model.q.dueling
 
 
 def test_dqn_epsilon_decays_linearly():
     agent, _ = small_agent("dqn", start_e=1.0, end_e=0.1, exploration_steps=1_000)
     for steps, eps in [(0, 1.0), (500, 0.55), (1_000, 0.1), (5_000, 0.1)]:
-        agent.env_steps = steps
+        agent.global_step = steps
         assert agent.epsilon == pytest.approx(eps)
+
+
+def test_old_names_still_work_with_a_warning():
+    """0.1 names (config ``hidden``, DQN ``lr``; attributes ``nets``, ``optim``, ``rng``,
+    ``env_steps``) keep working for one minor version, with a FutureWarning."""
+    with pytest.warns(FutureWarning, match="'hidden' is renamed 'hidden_sizes'"):
+        sac = make_agent("sac", PendulumVecEnv(num_envs=2), seed=0, preset=None, hidden=(8, 8))
+    assert sac.config.hidden_sizes == (8, 8)
+    with pytest.warns(FutureWarning, match="'lr' is renamed 'learning_rate'"):
+        dqn = make_agent("dqn", CartPoleVecEnv(num_envs=2), seed=0, preset=None, lr=1e-3)
+    assert dqn.config.learning_rate == 1e-3 and dqn.optimizer.param_groups[0]["lr"] == 1e-3
+    for agent in (sac, dqn):
+        for old, new in [("nets", "model"), ("optim", "optimizer"), ("rng", "generator"), ("env_steps", "global_step")]:
+            with pytest.warns(FutureWarning, match=f"{old} is renamed"):
+                assert getattr(agent, old) is getattr(agent, new)
+    with pytest.warns(FutureWarning):
+        assert sac.buffer.rng is sac.buffer.generator
+
+
+def _as_checkpoint_0_1(ckpt: dict[str, Any], name: str) -> dict[str, Any]:
+    """The checkpoint ``ckpt`` as podracer 0.1 wrote it: old config and state keys, no
+    ``generator_device``, the buffer's generator under ``rng``."""
+    old = {"model": "nets", "optimizer": "optim", "generator": "rng", "global_step": "env_steps"}
+    config = {("hidden" if k == "hidden_sizes" else "lr" if k == "learning_rate" else k): v
+              for k, v in ckpt["config"].items()}
+    state = {old.get(k, k): v for k, v in ckpt["state"].items() if k != "generator_device"}
+    if "buffer" in state:
+        buffer = {k: v for k, v in state["buffer"].items() if k not in ("generator_device", "num_added")}
+        buffer["rng"] = buffer.pop("generator")
+        state["buffer"] = buffer
+    return {**ckpt, "agent": name, "config": config, "state": state}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_checkpoint_from_0_1_loads(name):
+    agent, env = small_agent(name, save_buffer=True)
+    obs, _ = env.reset(seed=0)
+    for _ in range(2):
+        obs, _ = agent.train_step(env, obs)
+    with pytest.warns(FutureWarning, match="renamed"):
+        loaded = AgentBase.from_checkpoint(_as_checkpoint_0_1(agent.checkpoint(), name))
+    assert loaded.config == agent.config and loaded.global_step == agent.global_step == 64
+    assert len(loaded.buffer) == len(agent.buffer) == loaded.buffer.num_added
+    assert torch.equal(loaded.act(obs), agent.act(obs))  # same device type: the very same generator state
+    _, m_a = agent.train_step(*_fresh_env(env))
+    _, m_b = loaded.train_step(*_fresh_env(env))
+    assert m_a == m_b
+
+
+def _fresh_env(env: Any) -> tuple[Any, torch.Tensor]:
+    twin = type(env)(num_envs=env.num_envs)
+    obs, _ = twin.reset(seed=5)
+    return twin, obs
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_loaded_agent_refills_its_buffer_before_updating(name, tmp_path, monkeypatch):
+    """A checkpoint without its buffer (save_buffer=False: every tournament generation) used to
+    resume past learning_starts and sample batches of 16 from the first 4 transitions. It must
+    warm up again: random actions and no update until the buffer holds learning_starts."""
+    agent, env = small_agent(name, learning_starts=64, updates_per_step=1.0)  # 32 transitions per train_step
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, metrics = agent.train_step(env, obs)
+    assert metrics["charts/updates"] > 0 and agent.global_step == 96  # past warm-up
+
+    loaded = AgentBase.load(agent.save(tmp_path / f"{name}.pt"))
+    assert len(loaded.buffer) == 0 and loaded.global_step == 96 and loaded.updates == agent.updates
+
+    warmup_flags: list[bool] = []
+    if name in DISCRETE:
+        explore = loaded._explore
+        monkeypatch.setattr(loaded, "_explore", lambda o, w: (warmup_flags.append(w), explore(o, w))[1])
+    else:
+        mod = module_of(name)
+        explore = mod.explore_box
+        monkeypatch.setattr(mod, "explore_box", lambda a, o, w: (warmup_flags.append(w), explore(a, o, w))[1])
+
+    obs, metrics = loaded.train_step(env, obs)
+    assert metrics["charts/updates"] == 0 and len(loaded.buffer) == 32
+    assert warmup_flags == [True] * 8  # uniform random actions while the buffer refills
+    obs, metrics = loaded.train_step(env, obs)
+    assert warmup_flags == [True] * 16
+    assert metrics["charts/updates"] == 4  # the last vector step filled it to 64: its 4 transitions' updates
+    obs, metrics = loaded.train_step(env, obs)
+    assert warmup_flags[16:] == [False] * 8 and metrics["charts/updates"] == 32
+    assert loaded.global_step == 96 + 3 * 32
+
+
+@pytest.mark.parametrize("name", ["sac", "dqn"])
+def test_updates_wait_for_a_full_batch(name):
+    """learning_starts below batch_size: no update samples a batch from fewer transitions."""
+    agent, env = small_agent(name, learning_starts=0, batch_size=48, updates_per_step=1.0)
+    obs, _ = env.reset(seed=0)
+    obs, metrics = agent.train_step(env, obs)  # 32 transitions
+    assert metrics["charts/updates"] == 0
+    obs, metrics = agent.train_step(env, obs)  # 48 after its 4th vector step: updates for 5 steps of 4
+    assert metrics["charts/updates"] == 20
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_checkpoint_with_another_devices_generators_loads(name):
+    """A CUDA generator state is 16 bytes and a CPU one 5056, so a checkpoint saved on a GPU did not
+    load on a CPU. Simulated with CUDA-sized states for the agent's and the buffer's generators."""
+    agent, env = small_agent(name, save_buffer=True)
+    obs, _ = env.reset(seed=0)
+    obs, _ = agent.train_step(env, obs)
+    ckpt = agent.checkpoint()
+    for state in (ckpt["state"], ckpt["state"]["buffer"]):
+        state["generator"] = torch.arange(16, dtype=torch.uint8)
+        state["generator_device"] = "cuda"
+    loaded, again = AgentBase.from_checkpoint(ckpt), AgentBase.from_checkpoint(ckpt)
+    assert torch.equal(loaded.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+    assert torch.equal(loaded.act(obs), again.act(obs))  # reseeded deterministically from the saved bytes
+    assert len(loaded.buffer) == len(agent.buffer)
+    _, metrics = loaded.train_step(*_fresh_env(env))
+    assert metrics["charts/updates"] > 0 and math.isfinite(metrics["loss/critic"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ALL)
+def test_checkpoint_saved_on_cuda_loads_on_cpu(name, tmp_path):
+    agent, env = small_agent(name, device="cuda", save_buffer=True)
+    obs, _ = env.reset(seed=0)
+    agent.train_step(env, obs)
+    loaded = AgentBase.load(agent.save(tmp_path / f"{name}.pt"), device="cpu")
+    cpu_env, cpu_obs = _fresh_env(type(env)(num_envs=4))
+    torch.testing.assert_close(loaded.act(cpu_obs, deterministic=True),
+                               agent.act(cpu_obs.cuda(), deterministic=True).cpu())
+    loaded.train_step(cpu_env, cpu_obs)
+
+
+@pytest.mark.parametrize("name", ["td3", "dqn"])
+def test_loading_a_live_agents_state_copies_it(name):
+    """``b.load_state_dict(a.state_dict())`` must not tie b's Adam moments to a's: torch's optimizer
+    loader keeps the tensors it is given, so a's next updates used to change b."""
+    a, env = small_agent(name)
+    obs, _ = env.reset(seed=0)
+    for _ in range(2):
+        obs, _ = a.train_step(env, obs)
+    b, _ = small_agent(name)
+    b.load_state_dict(a.state_dict())
+    moments = [s["exp_avg"].clone() for s in b.optimizer.state.values()]
+    a.train_step(env, obs)
+    assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, b.optimizer.state.values()))

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import podracer
-from podracer.agents.ppo import PPO, PRESETS, PPOConfig, compute_gae, policy_loss, value_loss
+from podracer.agents import ppo as ppo_module
+from podracer.agents.ppo import PPO, PRESETS, PPOConfig, compute_gae, discounted_returns, policy_loss, value_loss
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 
 from conftest import SIZE
@@ -114,20 +115,25 @@ class _TwoStepEnv:
         return obs, torch.ones(self.num_envs), terminated, truncated, {"final_obs": final_obs, "_final_obs": done}
 
 
-def test_agent_bootstraps_truncation_from_final_obs():
+def test_agent_bootstraps_truncation_from_final_obs(monkeypatch):
     cfg = dict(num_steps=4, num_minibatches=1, update_epochs=1, gamma=0.9, gae_lambda=0.95, norm_obs=False,
                norm_reward=False)
-    batches = {}
+    batches, critic = {}, {}
     for end in ("terminated", "truncated"):
+        def spy(model, optimizer, batch, config, generator, end=end):
+            """Keep the batch train_step hands to the update, and V(0), V(1), V(2) of its critic."""
+            batches[end] = batch
+            with torch.no_grad():
+                critic[end] = [model.value(torch.tensor([[x]])).item() for x in (0.0, 1.0, 2.0)]
+            return {"loss/actor": torch.tensor(0.0)}
+
+        monkeypatch.setattr(ppo_module, "ppo_update", spy)
         env = _TwoStepEnv(3, end)
-        agent = podracer.make_agent("ppo", env, seed=0, **cfg)  # same seed: identical critic
+        agent = podracer.make_agent("ppo", env, seed=0, preset=None, **cfg)  # same seed: identical critic
         obs, _ = env.reset()
-        agent._allocate(env.num_envs)
-        agent._collect(env, obs)
-        batches[end] = agent._prepare_batch()
-    v = lambda x: agent.model.value(torch.tensor([[x]])).item()  # noqa: E731
-    with torch.no_grad():
-        v0, v1, v2 = v(0.0), v(1.0), v(2.0)
+        agent.train_step(env, obs)
+    assert critic["terminated"] == critic["truncated"]
+    v0, v1, v2 = critic["truncated"]
     ret_term = batches["terminated"].returns.reshape(4, 3)
     ret_trunc = batches["truncated"].returns.reshape(4, 3)
     # Step t=1 ends the episode: target r + γ V(final_obs = 2) when truncated, r when terminated;
@@ -158,7 +164,7 @@ def test_losses_by_hand():
 # ---------------------------------------------------------------------------- interface
 def _tiny_agent(env: Any, seed: int = 0, **overrides: Any) -> PPO:
     cfg = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(16,))
-    return podracer.make_agent("ppo", env, seed=seed, **{**cfg, **overrides})
+    return podracer.make_agent("ppo", env, seed=seed, preset=None, **{**cfg, **overrides})
 
 
 def test_act_shapes_bounds_and_metrics():
@@ -169,7 +175,7 @@ def test_act_shapes_bounds_and_metrics():
     assert a.shape == (5, 1) and a.dtype == torch.float32
     assert float(a.abs().max()) <= 2.0
     obs, metrics = agent.train_step(env, obs)
-    for key in ("env_steps", "loss/policy", "loss/value", "loss/entropy", "charts/approx_kl", "charts/clipfrac",
+    for key in ("env_steps", "loss/actor", "loss/critic", "loss/entropy", "charts/approx_kl", "charts/clipfrac",
                 "charts/learning_rate"):
         assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
     assert metrics["env_steps"] == 8 * 5
@@ -264,3 +270,160 @@ def test_same_seed_same_history():
     a, b, c = history(3), history(3), history(4)
     assert a.equals(b)
     assert not a.equals(c)
+
+
+# ---------------------------------------------------------------------------- defaults on many sub-envs
+def test_default_rollout_is_sized_to_the_sub_env_count():
+    cfg = PPOConfig()
+    assert [cfg.rollout_steps(n) for n in (1, 64, 100, 512, 4096)] == [2048, 32, 21, 16, 16]
+    assert cfg.batch_size(64) == 2048 and cfg.minibatch_size(64) == 64
+    assert PPOConfig(num_steps=2048).rollout_steps(64) == 2048  # the paper's T, asked for explicitly
+    env = PendulumVecEnv(num_envs=64)
+    agent = podracer.make_agent("ppo", env, preset=None)
+    assert agent.steps_per_train_step(64) == 2048
+    obs, _ = env.reset(seed=0)
+    _, metrics = agent.train_step(env, obs)
+    assert metrics["env_steps"] == 2048
+
+
+@pytest.mark.parametrize("seed", range(3) if FULL else [0])
+@pytest.mark.parametrize("task,threshold", [("pendulum", -700.0), ("cartpole", 150.0)])
+def test_defaults_learn_on_64_sub_envs(task: str, threshold: float, seed: int, one_thread):
+    """No preset: the config defaults must learn on batched envs. With the paper's T = 2048 per
+    sub-env, 64 sub-envs made 131,072 env steps per update and Pendulum stayed at the random
+    policy's ~-1200 after 300k steps. Random play: Pendulum about -1200, CartPole about 22."""
+    env = podracer.make_env(task, num_envs=64)
+    agent = podracer.make_agent("ppo", env, seed=seed, preset=None)
+    podracer.train(agent, env, 24 * 2048, seed=seed, progress=False)
+    result = podracer.evaluate(agent, podracer.make_env(task, num_envs=16), seed=123)["eval/return_mean"]
+    assert result > threshold, f"PPO defaults reached only {result:.1f} on {task} (64 sub-envs) in {24 * 2048} steps"
+
+
+# ---------------------------------------------------------------------------- runs: begin_training
+def _trained(env: PendulumVecEnv, steps: int = 3, **overrides: Any) -> tuple[PPO, torch.Tensor]:
+    agent = _tiny_agent(env, **overrides)
+    obs, _ = env.reset(seed=0)
+    for _ in range(steps):
+        obs, _ = agent.train_step(env, obs)
+    return agent, obs
+
+
+def test_begin_training_restarts_the_running_return():
+    """A loaded agent keeps the running discounted return of the episodes it was saved in; a new
+    run starts on a freshly reset env, so its first scaled rewards must not continue them."""
+    env = PendulumVecEnv(num_envs=6)
+    agent, obs = _trained(env)
+    assert agent.discounted_return.abs().min() > 0  # mid-episode everywhere: the test can bite
+
+    def first_update_return_rms(prepare) -> dict[str, torch.Tensor]:
+        loaded = PPO.from_checkpoint(agent.checkpoint())
+        prepare(loaded)
+        env_b = PendulumVecEnv(num_envs=6)
+        obs_b, _ = env_b.reset(seed=7)
+        loaded.train_step(env_b, obs_b)
+        return loaded.return_rms.state_dict()
+
+    def zero_by_hand(a: PPO) -> None:  # a fresh agent's return state, with the same return_rms
+        a.discounted_return = torch.zeros(6)
+
+    def begin(a: PPO) -> None:
+        a.begin_training(10_000)
+        assert torch.equal(a.discounted_return, torch.zeros(6))
+
+    fresh, begun, carried = (first_update_return_rms(f) for f in (zero_by_hand, begin, lambda a: None))
+    for key in fresh:
+        torch.testing.assert_close(begun[key], fresh[key], rtol=0, atol=0)
+    assert not torch.equal(carried["var"], fresh["var"])  # without begin_training the old episodes leak in
+
+    # The pure piece: G restarts after an episode end and carries over otherwise.
+    g, last = discounted_returns(torch.ones(3, 2), torch.tensor([[False, True], [False, False], [False, False]]),
+                                 torch.tensor([10.0, 10.0]), gamma=0.5)
+    torch.testing.assert_close(g, torch.tensor([[6.0, 6.0], [4.0, 1.0], [3.0, 1.5]]))
+    torch.testing.assert_close(last, torch.tensor([3.0, 1.5]))
+
+
+def test_anneal_lr_decays_over_the_run():
+    env = PendulumVecEnv(num_envs=4)
+    per_step = 8 * 4
+    agent = _tiny_agent(env, learning_rate=1e-3, anneal_lr=True)
+    agent.begin_training(4 * per_step)
+    obs, _ = env.reset(seed=0)
+    lrs = []
+    for _ in range(4):
+        obs, metrics = agent.train_step(env, obs)
+        lrs.append(metrics["charts/learning_rate"])
+    assert lrs == pytest.approx([1e-3, 0.75e-3, 0.5e-3, 0.25e-3])  # halfway: half
+    assert agent._current_lr() == 0.0  # after the run's T steps: 0
+
+    # The window travels with the checkpoint; a new run (global_step 128) gets its own window.
+    loaded = PPO.from_checkpoint(agent.checkpoint())
+    assert loaded.anneal_window == (0, 4 * per_step) and loaded._current_lr() == 0.0
+    loaded.begin_training(2 * per_step)
+    assert loaded.anneal_window == (4 * per_step, 6 * per_step)
+    assert loaded.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+    # Through podracer.train: the whole budget, whatever it is, from α down to ~0.
+    agent = _tiny_agent(env, learning_rate=1e-3, anneal_lr=True)
+    _, history = podracer.train(agent, env, 10 * per_step, progress=False)
+    assert history["charts/learning_rate"].iloc[0] == pytest.approx(1e-3)
+    assert history["charts/learning_rate"].iloc[5] == pytest.approx(0.5e-3)
+    assert history["charts/learning_rate"].iloc[-1] == pytest.approx(0.1e-3)  # the last update's α
+    assert agent._current_lr() == 0.0
+
+    # An explicit absolute horizon wins over anneal_lr.
+    both = _tiny_agent(env, learning_rate=1e-3, anneal_lr=True, anneal_steps=8 * per_step)
+    both.begin_training(2 * per_step)
+    both.global_step = 4 * per_step
+    assert both._current_lr() == pytest.approx(0.5e-3)
+
+
+def test_anneal_lr_without_begin_training_warns():
+    env = PendulumVecEnv(num_envs=4)
+    agent = _tiny_agent(env, anneal_lr=True)
+    obs, _ = env.reset(seed=0)
+    with pytest.warns(UserWarning, match="begin_training"):
+        agent.train_step(env, obs)
+
+
+# ---------------------------------------------------------------------------- checkpoints across devices
+def test_checkpoint_with_another_devices_generator_loads():
+    """A CUDA generator state is 16 bytes and a CPU one 5056: a checkpoint saved on a GPU must still
+    load on a CPU (and the other way round). Simulated here with a CUDA-sized state."""
+    env = PendulumVecEnv(num_envs=4)
+    agent, obs = _trained(env, steps=1)
+    ckpt = agent.checkpoint()
+    ckpt["state"]["generator"] = torch.arange(16, dtype=torch.uint8)
+    ckpt["state"]["generator_device"] = "cuda"
+    loaded = PPO.from_checkpoint(ckpt)
+    again = PPO.from_checkpoint(ckpt)
+    torch.testing.assert_close(loaded.act(obs, deterministic=True), agent.act(obs, deterministic=True), rtol=0,
+                               atol=0)  # the weights did load
+    assert torch.equal(loaded.act(obs), again.act(obs))  # reseeded deterministically from the saved state
+    _, metrics = loaded.train_step(env, obs)
+    assert math.isfinite(metrics["loss/actor"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_checkpoint_saved_on_cuda_loads_on_cpu(tmp_path):
+    env = PendulumVecEnv(num_envs=4, device="cuda")
+    agent = _tiny_agent(env)
+    obs, _ = env.reset(seed=0)
+    agent.train_step(env, obs)
+    loaded = podracer.AgentBase.load(agent.save(tmp_path / "ppo.pt"), device="cpu")
+    cpu_env = PendulumVecEnv(num_envs=4)
+    obs, _ = cpu_env.reset(seed=0)
+    torch.testing.assert_close(loaded.act(obs, deterministic=True), agent.act(obs.cuda(), deterministic=True).cpu())
+    loaded.train_step(cpu_env, obs)
+
+
+def test_loading_a_live_agents_state_copies_it():
+    """``b.load_state_dict(a.state_dict())`` must not tie b's Adam moments or running return to a's."""
+    env = PendulumVecEnv(num_envs=4)
+    a, obs = _trained(env, steps=2)
+    b = _tiny_agent(env, seed=1)
+    b.load_state_dict(a.state_dict())
+    moments = [s["exp_avg"].clone() for s in b.optimizer.state.values()]
+    returns = b.discounted_return.clone()
+    a.train_step(env, obs)
+    assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, b.optimizer.state.values()))
+    assert torch.equal(returns, b.discounted_return)

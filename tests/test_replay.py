@@ -113,10 +113,37 @@ def test_state_dict_round_trip_through_weights_only_load():
     same = ReplayBuffer(5, obs_dim=3, action_shape=(1,))
     same.load_state_dict(state)
     assert same.rewards.tolist() == [2.0, 3.0, 4.0, 5.0, 6.0] and len(same) == 5
-    assert torch.equal(same.rng.get_state(), buf.rng.get_state())  # the sampling stream continues
+    assert torch.equal(same.generator.get_state(), buf.generator.get_state())  # the sampling stream continues
+    assert same.num_added == buf.num_added == 7
     fill(same, 7, 1)  # the next add overwrites the oldest (2)
     assert sorted(same.rewards.tolist()) == [3.0, 4.0, 5.0, 6.0, 7.0]
 
     small = ReplayBuffer(3, obs_dim=3, action_shape=(1,))
     small.load_state_dict(state)  # keeps the newest rows
     assert small.rewards.tolist() == [4.0, 5.0, 6.0] and len(small) == 3
+
+
+def test_num_added_counts_overwritten_transitions_too():
+    buf = ReplayBuffer(5, obs_dim=3, action_shape=(1,))
+    fill(buf, 0, 4)
+    fill(buf, 4, 4)
+    assert len(buf) == 5 and buf.num_added == 8  # the agents' warm-up counts what was collected
+
+
+def test_state_from_another_device_or_version_loads():
+    """A CUDA generator state (16 bytes) does not fit a CPU generator (5056): the buffer reseeds
+    from it deterministically instead of failing. 0.1 states (``rng``, no ``num_added``) load too."""
+    buf = ReplayBuffer(10, obs_dim=3, action_shape=(1,), seed=3)
+    fill(buf, 0, 6)
+    state = buf.state_dict()
+    cuda_like = {**state, "generator": torch.arange(16, dtype=torch.uint8), "generator_device": "cuda"}
+    a, b = ReplayBuffer(10, obs_dim=3, action_shape=(1,)), ReplayBuffer(10, obs_dim=3, action_shape=(1,))
+    a.load_state_dict(cuda_like)
+    b.load_state_dict(cuda_like)
+    assert torch.equal(a.sample(8).rewards, b.sample(8).rewards) and len(a) == 6
+
+    old = {k: v for k, v in state.items() if k not in ("generator", "generator_device", "num_added")}
+    old["rng"] = state["generator"]
+    c = ReplayBuffer(10, obs_dim=3, action_shape=(1,))
+    c.load_state_dict(old)
+    assert torch.equal(c.generator.get_state(), buf.generator.get_state()) and c.num_added == 6

@@ -27,7 +27,7 @@ def test_train_writes_logs_and_checkpoints(tmp_path):
     agent, history = podracer.train(_tiny_agent(env), env, 64 * 10, eval_env=eval_env, eval_every=256, seed=0,
                                     log_dir=tmp_path, checkpoint_every=320, progress=False)
     assert len(history) == 10 and history["global_step"].tolist() == [64.0 * (i + 1) for i in range(10)]
-    for col in ("global_step", "env_steps", "loss/policy", "loss/value", "loss/entropy", "charts/approx_kl",
+    for col in ("global_step", "env_steps", "loss/actor", "loss/critic", "loss/entropy", "charts/approx_kl",
                 "charts/clipfrac", "charts/learning_rate", "charts/steps_per_second", "time/wall_s", "time/train_s",
                 "eval/return_mean", "eval/return_std", "eval/episodes", "charts/episodic_return"):
         assert col in history, col
@@ -49,7 +49,7 @@ def test_train_writes_logs_and_checkpoints(tmp_path):
 
 def test_target_return_stops_early(tmp_path):
     env, eval_env = PendulumVecEnv(num_envs=8), PendulumVecEnv(num_envs=2)
-    _, history = podracer.train(_tiny_agent(env), env, 100_000, eval_env=eval_env, eval_every=128,
+    _, history = podracer.train(_tiny_agent(env), env, 100_032, eval_env=eval_env, eval_every=128, seed=0,
                                 log_dir=tmp_path, progress=False, target_return=-1e9)
     assert history["global_step"].tolist() == [64.0, 128.0]  # stopped at the first evaluation
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
@@ -84,6 +84,18 @@ def test_cli_errors_name_the_fix(tmp_path):
     assert res.returncode != 0 and "no checkpoint at" in res.stderr
     res = _run("train", "ppo", "no-such-env", "--steps", "64")
     assert res.returncode != 0 and "unknown env 'no-such-env'" in res.stderr and "Traceback" not in res.stderr
+    res = _run("train", "os:system", "pendulum", "--steps", "64")
+    assert res.returncode != 0 and "not an agent class" in res.stderr and "Traceback" not in res.stderr
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
+    res = _run("eval", str(tmp_path / "garbage.pt"), "pendulum")
+    assert res.returncode != 0 and "cannot be loaded" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cli_accepts_module_class_agents(tmp_path):
+    res = _run("train", "podracer.agents.ppo:PPO", "pendulum", "--steps", "128", "--num-envs", "8", "--log-dir",
+               str(tmp_path), "--eval-episodes", "2", "--no-progress", "--set", "num_steps=16")
+    assert res.returncode == 0, res.stderr
+    assert podracer.load_agent(tmp_path / "checkpoints" / "last.pt").name == "ppo"
 
 
 def test_cli_main_in_process(tmp_path, capsys):
@@ -97,14 +109,14 @@ def test_cli_main_in_process(tmp_path, capsys):
 def test_demo_writes_csv_and_plot(tmp_path, capsys):
     from podracer.demo import main
 
-    assert main(["--out", str(tmp_path), "--steps", "2048"]) == 0
+    assert main(["--out", str(tmp_path), "--steps", "8192"]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "progress.csv").is_file() and str(tmp_path / "learning_curve.png") in out
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("bad", [0, -5])
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True, "100"])
 def test_train_rejects_nonpositive_steps(bad):
     env = PendulumVecEnv(num_envs=2)
-    with pytest.raises(ValueError, match="total_steps must be positive"):
+    with pytest.raises(ValueError, match="total_steps must be a positive whole number"):
         podracer.train(_tiny_agent(env), env, bad, progress=False)

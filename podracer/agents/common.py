@@ -12,7 +12,7 @@ The agent interface (what ``podracer.train``, the tournament and notebooks rely 
 - ``train_step(env, obs) -> (obs, metrics)`` — collect from the env starting at ``obs`` and
   update once (PPO: one rollout and its epochs; off-policy: a chunk of steps with their
   gradient updates). ``metrics`` is a flat dict of floats with namespaced keys
-  (``loss/policy``, ``loss/value``, ...) and always ``"env_steps"``: env steps taken in this call,
+  (``loss/actor``, ``loss/critic``, ...) and always ``"env_steps"``: env steps taken in this call,
   summed over sub-envs.
 - ``state_dict()`` / ``load_state_dict(state)`` — tensors and plain Python values only, so
   ``torch.load(..., weights_only=True)`` reads it back: weights, optimizer, normalisers.
@@ -25,14 +25,19 @@ The agent interface (what ``podracer.train``, the tournament and notebooks rely 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import warnings
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Sequence
+from typing import Any, ClassVar, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from podracer import checkpoints
+from podracer.presets import Preset
 
 
 # ---------------------------------------------------------------------------- networks
@@ -121,19 +126,22 @@ class RunningMeanStd(nn.Module):
 
 
 # ---------------------------------------------------------------------------- configs
-class Preset(NamedTuple):
-    """Settings tuned for one task: the sub-env count and training length they were tuned with,
-    and the config overrides. Each agent file keeps its own ``PRESETS`` dict of these."""
-
-    num_envs: int
-    total_steps: int
-    config: dict[str, Any]
-
-
 def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = None) -> Any:
     """Build config ``cls`` from ``base`` (or defaults) plus ``overrides``; an unknown key is an
-    error that lists the valid ones, never silently ignored."""
+    error that lists the valid ones, never silently ignored.
+
+    A renamed field keeps its old name for one minor version: a config class lists
+    ``aliases: ClassVar[dict[str, str]] = {"old": "new"}`` and an old key is mapped to the new one
+    with a ``FutureWarning`` (so YAML files and checkpoints written before the rename still load).
+    """
     overrides = dict(overrides or {})
+    for old, new in getattr(cls, "aliases", {}).items():
+        if old in overrides:
+            if new in overrides:
+                raise ValueError(f"{cls.__name__}: give {new!r} only ({old!r} is its deprecated name)")
+            warnings.warn(f"{cls.__name__} field {old!r} is renamed {new!r}; the old name will be removed in "
+                          f"podracer 1.2", FutureWarning, stacklevel=3)
+            overrides[new] = overrides.pop(old)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
@@ -141,6 +149,53 @@ def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = 
     if base is not None:
         return dataclasses.replace(base, **overrides)
     return cls(**overrides)
+
+
+class deprecated_alias:
+    """A class attribute for a renamed attribute: ``nets = deprecated_alias("model")``. Reading or
+    setting the old name warns (FutureWarning) and forwards to the new one. Renames keep the old
+    name for one minor version (the README's API page states the rule)."""
+
+    def __init__(self, new_name: str):
+        self.new_name = new_name
+        self.old_name = "?"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old_name = name
+
+    def _warn(self, obj: Any) -> None:
+        warnings.warn(f"{type(obj).__name__}.{self.old_name} is renamed {self.new_name!r}; the old name will be "
+                      f"removed in podracer 1.2", FutureWarning, stacklevel=3)
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        self._warn(obj)
+        return getattr(obj, self.new_name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self._warn(obj)
+        setattr(obj, self.new_name, value)
+
+
+def restore_generator(generator: torch.Generator, state: torch.Tensor, saved_device_type: str | None) -> None:
+    """Load a ``torch.Generator`` state saved on any device into ``generator``.
+
+    A generator's state only fits a generator of the same device type (a CUDA state is 16 bytes,
+    a CPU one 5056), so a checkpoint saved on a GPU could not load on a CPU. Across device types
+    the generator is reseeded from a hash of the saved bytes instead: deterministic (the same
+    checkpoint always continues with the same stream), though not the stream the other device had.
+    """
+    state = state.detach().cpu().to(torch.uint8)
+    same_type = saved_device_type in (None, generator.device.type)
+    if same_type:
+        try:
+            generator.set_state(state)
+            return
+        except RuntimeError:  # wrong size: saved by another device type without saying so
+            pass
+    digest = hashlib.sha256(state.numpy().tobytes()).digest()
+    generator.manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
 
 
 def preset_config(cls: type, agent: str, presets: dict[str, "Preset"], name: str, overrides: dict[str, Any]) -> Any:
@@ -201,6 +256,7 @@ class AgentBase:
         self.action_space = action_space
         self.device = torch.device(device)
         self.obs_dim = int(np.prod(observation_space.shape))
+        self.preset: Preset | None = None  # the preset make_agent built it from, if any
 
     # -- interface the subclass fills in
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
@@ -214,6 +270,17 @@ class AgentBase:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def begin_training(self, total_steps: int) -> None:
+        """Called by ``podracer.iterate_training`` right after it resets the env, before the first
+        ``train_step`` of a run of ``total_steps`` env steps. Agents that keep per-episode running
+        state (PPO's discounted return for reward scaling) or plan over the run length (PPO's
+        ``anneal_lr``) override it; the default does nothing."""
+
+    def steps_per_train_step(self, num_envs: int) -> int:
+        """Env steps (summed over sub-envs) one ``train_step`` collects on ``num_envs`` sub-envs:
+        ``train`` warns when a run's ``total_steps`` is not a multiple of it."""
+        return int(self.config.num_steps) * int(num_envs)
 
     def set_hparams(self, **hparams: Any) -> None:
         """Change config fields of a live agent; subclasses extend it to push values into
@@ -230,8 +297,10 @@ class AgentBase:
 
     # -- persistence
     def checkpoint(self) -> dict[str, Any]:
+        from podracer.agents.registry import agent_name
+
         return {
-            "agent": self.name,
+            "agent": agent_name(type(self)),  # registry name, else "module:Class"
             "config": dataclasses.asdict(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
@@ -239,18 +308,17 @@ class AgentBase:
         }
 
     def save(self, path: str | Path) -> Path:
+        """Write the checkpoint atomically (``podracer.checkpoints.write``: a crash never leaves a
+        half-written file at ``path``). Returns ``path``."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(self.checkpoint(), tmp)
-        tmp.replace(path)  # atomic: a crash never leaves a half-written checkpoint at `path`
+        checkpoints.write(self.checkpoint(), path)
         return path
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], device: str | torch.device | None = None) -> "AgentBase":
-        from podracer.agents.registry import get_agent_class
+        from podracer.agents.registry import resolve_agent
 
-        agent_cls = get_agent_class(ckpt["agent"]) if cls is AgentBase else cls
+        agent_cls = resolve_agent(ckpt["agent"]) if cls is AgentBase else cls
         config = make_config(agent_cls.config_cls, ckpt["config"])
         agent = agent_cls(space_from_dict(ckpt["observation_space"]), space_from_dict(ckpt["action_space"]),
                           config, device=device or "cpu")
@@ -259,6 +327,7 @@ class AgentBase:
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device | None = None) -> "AgentBase":
-        # weights_only=True: never unpickle arbitrary objects from a checkpoint file.
-        ckpt = torch.load(Path(path), map_location=device or "cpu", weights_only=True)
+        """The agent saved at ``path``, on ``device`` (default CPU) whatever device it was saved on.
+        Read with ``weights_only=True``: a checkpoint never unpickles arbitrary objects."""
+        ckpt = checkpoints.read(path, device=device or "cpu")
         return cls.from_checkpoint(ckpt, device)

@@ -26,6 +26,10 @@ Our deviations and choices:
   observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
 - Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
   (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
+- Warm-up (uniform random actions) lasts until the replay buffer has collected
+  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
+  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
+  buffer refills it before it learns again (``offpolicy.collect_and_update``).
 - The registry's "double_dqn" and "d3qn" are this agent with other config defaults
   (``DoubleDQN``, ``D3QN`` below); checkpoints record which.
 - ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
@@ -40,7 +44,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, mlp, preset_config, require_space, soft_update
+from podracer.agents.common import (AgentBase, Preset, deprecated_alias, mlp, preset_config, require_space,
+                                    soft_update)
 from podracer.agents.offpolicy import (check_config, collect_and_update, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -50,13 +55,13 @@ from podracer.agents.replay import Batch
 @dataclass
 class DQNConfig:
     gamma: float = 0.99  # γ, discount; 0.9-0.999
-    lr: float = field(default=2.5e-4, metadata={"mutable": (1e-5, 3e-3)})  # Adam step; 1e-5-3e-3
+    learning_rate: float = field(default=2.5e-4, metadata={"mutable": (1e-5, 3e-3)})  # α, Adam step; 1e-5-3e-3
     double: bool = False  # Double DQN target: argmax from the online net, value from the target net
     dueling: bool = False  # dueling head: Q = V + A - mean A
-    hidden: tuple[int, ...] = (120, 84)  # hidden layer sizes of the Q network
+    hidden_sizes: tuple[int, ...] = (120, 84)  # hidden layer sizes of the Q network
     batch_size: int = 128  # B, transitions per update; 32-1024
     buffer_size: int = 10_000  # replay capacity in transitions; >= batch_size
-    learning_starts: int = 10_000  # env steps (all sub-envs) of uniform random actions before updates
+    learning_starts: int = 10_000  # uniform random transitions in the buffer before updates
     updates_per_step: float = 0.1  # gradient updates per env transition (summed over sub-envs); 0.01-4
     num_steps: int = 50  # T, vector steps per train_step call
     target_update_every: int = 500  # updates between target-network updates; 1-10000
@@ -66,13 +71,15 @@ class DQNConfig:
     exploration_steps: int = 250_000  # env steps (all sub-envs) over which ε decays linearly
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
 
+    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes", "lr": "learning_rate"}  # 0.1 names
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "DQNConfig":
         """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
         return preset_config(cls, "DQN", PRESETS, name, overrides)
 
     def __post_init__(self) -> None:
-        check_config(self, positive=("lr",), at_least_one=("target_update_every", "exploration_steps"),
+        check_config(self, positive=("learning_rate",), at_least_one=("target_update_every", "exploration_steps"),
                      unit_interval=("start_e", "end_e"))
 
 
@@ -92,8 +99,8 @@ class D3QNConfig(DQNConfig):
 # any of "dqn", "double_dqn", "d3qn"; tests/test_offpolicy.py checks each reaches > 400.
 PRESETS: dict[str, Preset] = {
     "cartpole": Preset(num_envs=16, total_steps=60_000, config=dict(
-        hidden=(128, 128), lr=1e-3, batch_size=128, updates_per_step=0.5, learning_starts=1_000, num_steps=16,
-        target_update_every=100, exploration_steps=8_000, end_e=0.04, buffer_size=100_000)),
+        hidden_sizes=(128, 128), learning_rate=1e-3, batch_size=128, updates_per_step=0.5, learning_starts=1_000,
+        num_steps=16, target_update_every=100, exploration_steps=8_000, end_e=0.04, buffer_size=100_000)),
 }
 
 
@@ -101,15 +108,15 @@ PRESETS: dict[str, Preset] = {
 class QNetwork(nn.Module):
     """Q(s, .) for all actions at once: (B, obs_dim) -> (B, num_actions); optionally dueling."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: tuple[int, ...], dueling: bool):
+    def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: tuple[int, ...], dueling: bool):
         super().__init__()
         self.dueling = dueling
         if dueling:  # shared trunk, then V(s) and A(s, .) heads
-            self.trunk = mlp(obs_dim, hidden[:-1], hidden[-1], activation=nn.ReLU, orthogonal=False)
-            self.value = nn.Linear(hidden[-1], 1)
-            self.advantage = nn.Linear(hidden[-1], num_actions)
+            self.trunk = mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1], activation=nn.ReLU, orthogonal=False)
+            self.value = nn.Linear(hidden_sizes[-1], 1)
+            self.advantage = nn.Linear(hidden_sizes[-1], num_actions)
         else:
-            self.net = mlp(obs_dim, hidden, num_actions, activation=nn.ReLU, orthogonal=False)
+            self.net = mlp(obs_dim, hidden_sizes, num_actions, activation=nn.ReLU, orthogonal=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.dueling:
@@ -120,13 +127,13 @@ class QNetwork(nn.Module):
         return self.value(h) + adv - adv.mean(dim=-1, keepdim=True)
 
 
-class DQNNets(nn.Module):
+class DQNModel(nn.Module):
     """Online and target Q networks, in one module so they move and save together."""
 
     def __init__(self, obs_dim: int, num_actions: int, cfg: DQNConfig):
         super().__init__()
-        self.q = QNetwork(obs_dim, num_actions, cfg.hidden, cfg.dueling)
-        self.q_target = QNetwork(obs_dim, num_actions, cfg.hidden, cfg.dueling)
+        self.q = QNetwork(obs_dim, num_actions, cfg.hidden_sizes, cfg.dueling)
+        self.q_target = QNetwork(obs_dim, num_actions, cfg.hidden_sizes, cfg.dueling)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
 
@@ -139,32 +146,33 @@ def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torc
 
 
 @torch.no_grad()
-def target_value(nets: DQNNets, next_obs: torch.Tensor, double: bool) -> torch.Tensor:
+def target_value(model: DQNModel, next_obs: torch.Tensor, double: bool) -> torch.Tensor:
     """V(s') = max_a Q'(s', a) (DQN) or Q'(s', argmax_a Q(s', a)) (Double DQN): (B,)."""
-    q_next = nets.q_target(next_obs)  # (B, num_actions)
+    q_next = model.q_target(next_obs)  # (B, num_actions)
     if not double:
         return q_next.max(dim=-1).values
-    best = nets.q(next_obs).argmax(dim=-1, keepdim=True)  # (B, 1): chosen by the online net
+    best = model.q(next_obs).argmax(dim=-1, keepdim=True)  # (B, 1): chosen by the online net
     return q_next.gather(-1, best).squeeze(-1)
 
 
-def q_loss(q: QNetwork, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def critic_loss(q: QNetwork, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """mean_B (Q(s, a) - y)^2, logged as ``loss/critic`` like every other agent's value loss."""
     q_taken = q(batch.obs).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)  # (B,)
     loss = (q_taken - targets).pow(2).mean()
-    return loss, {"loss/q": loss.detach(), "charts/q_mean": q_taken.detach().mean()}
+    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q_taken.detach().mean()}
 
 
 # ---------------------------------------------------------------------------- update
-def update(nets: DQNNets, optim: torch.optim.Optimizer, batch: Batch, cfg: DQNConfig,
+def update(model: DQNModel, optimizer: torch.optim.Optimizer, batch: Batch, cfg: DQNConfig,
            update_target: bool) -> dict[str, torch.Tensor]:
     """One gradient step on the online network; with ``update_target`` also the target network."""
-    targets = td_target(batch.rewards, batch.terminated, target_value(nets, batch.next_obs, cfg.double), cfg.gamma)
-    loss, info = q_loss(nets.q, batch, targets)
-    optim.zero_grad(set_to_none=True)
+    targets = td_target(batch.rewards, batch.terminated, target_value(model, batch.next_obs, cfg.double), cfg.gamma)
+    loss, info = critic_loss(model.q, batch, targets)
+    optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    optim.step()
+    optimizer.step()
     if update_target:
-        soft_update(nets.q_target, nets.q, cfg.tau)
+        soft_update(model.q_target, model.q, cfg.tau)
     return info
 
 
@@ -175,6 +183,12 @@ class DQN(AgentBase):
     name: ClassVar[str] = "dqn"
     config_cls: ClassVar[type] = DQNConfig
     presets: ClassVar[dict[str, Preset]] = PRESETS
+    config: DQNConfig
+    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
+    nets = deprecated_alias("model")
+    optim = deprecated_alias("optimizer")
+    rng = deprecated_alias("generator")
+    env_steps = deprecated_alias("global_step")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DQNConfig | dict | None = None,
                  device: str | torch.device = "cpu"):
@@ -184,26 +198,27 @@ class DQN(AgentBase):
         cfg = self.config
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)  # env actions are start + index
-        self.nets = DQNNets(self.obs_dim, self.num_actions, cfg).to(self.device)
-        self.optim = torch.optim.Adam(self.nets.q.parameters(), lr=cfg.lr, fused=self.device.type in ("cpu", "cuda"))
+        self.model = DQNModel(self.obs_dim, self.num_actions, cfg).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.q.parameters(), lr=cfg.learning_rate,
+                                          fused=self.device.type in ("cpu", "cuda"))
         init_replay(self, (), torch.long)
 
     @property
     def epsilon(self) -> float:
         """ε for the current env step: linear decay from start_e to end_e."""
         cfg = self.config
-        frac = min(1.0, self.env_steps / cfg.exploration_steps)
+        frac = min(1.0, self.global_step / cfg.exploration_steps)
         return cfg.start_e + frac * (cfg.end_e - cfg.start_e)
 
     @torch.no_grad()
     def _greedy_or_random(self, obs: torch.Tensor, epsilon: float) -> torch.Tensor:
         """Action indices (N,): greedy, replaced by a uniform one with probability ε."""
         n = obs.shape[0]
-        greedy = self.nets.q(obs.reshape(n, -1)).argmax(dim=-1)
+        greedy = self.model.q(obs.reshape(n, -1)).argmax(dim=-1)
         if epsilon <= 0.0:
             return greedy
-        uniform = torch.randint(0, self.num_actions, (n,), generator=self.rng, device=self.device)
-        explore = torch.rand(n, generator=self.rng, device=self.device) < epsilon
+        uniform = torch.randint(0, self.num_actions, (n,), generator=self.generator, device=self.device)
+        explore = torch.rand(n, generator=self.generator, device=self.device) < epsilon
         return torch.where(explore, uniform, greedy)
 
     @torch.no_grad()
@@ -221,7 +236,7 @@ class DQN(AgentBase):
         followed by the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
         return collect_and_update(self, env, obs, self._explore,
-                                  lambda batch: update(self.nets, self.optim, batch, cfg,
+                                  lambda batch: update(self.model, self.optimizer, batch, cfg,
                                                        self.updates % cfg.target_update_every == 0),
                                   extra_metrics=lambda: {"charts/epsilon": self.epsilon})
 
@@ -234,7 +249,7 @@ class DQN(AgentBase):
 
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        push_learning_rates(self.optim, self.config)  # one unnamed group: config.lr
+        push_learning_rates(self.optimizer, self.config)  # one unnamed group: config.learning_rate
 
 
 class DoubleDQN(DQN):

@@ -25,9 +25,12 @@ and either way the advantage recursion stops at the episode boundary.
 
 Our deviations from the paper, and why:
 
-- N sub-envs step together; one rollout is ``num_steps`` (T) steps of all of them, a batch of
-  T·N. Minibatches are set by count (``num_minibatches``), so they grow with N; the paper's
-  Mujoco setting (one env, T = 2048, minibatch 64) is ``num_envs=1, num_minibatches=32``.
+- N sub-envs step together; one rollout is T steps of all of them, a batch of T·N. By default
+  T adapts to N so that a rollout holds about 2048 env steps (T = max(⌈2048 / N⌉, 16)): the
+  paper's T = 2048 with one env, 32 steps with 64 sub-envs, 16 with 512 or more. A fixed
+  ``num_steps`` = T overrides it. Minibatches are set by count (``num_minibatches``, 32 as in the
+  paper), so the paper's Mujoco setting (one env, T = 2048, minibatch 64) is the default with
+  ``num_envs=1``.
 - Time limits bootstrap (above); the paper's code treats them as terminations.
 - Values V(s_t) and V(s'_t) are computed after the rollout in one batched pass, not per step:
   the rollout loop then only runs the actor.
@@ -36,7 +39,8 @@ Our deviations from the paper, and why:
   policy acted on (its first ratio is 1 up to float rounding).
 - Rewards are divided by the running std of the discounted return (Engstrom et al. 2020,
   arXiv:2005.12729; gymnasium's ``NormalizeReward``), with the running return reset at every
-  episode end (terminated or truncated).
+  episode end (terminated or truncated) and when a training run starts (``begin_training``:
+  the env was just reset, so a loaded agent must not continue another run's episodes).
 - Box actions: a Gaussian with a state-independent log-std over the unit box [-1, 1]^d, rescaled
   to the Box bounds. The env gets the sample clipped to the bounds (as baselines, CleanRL and SB3
   do); the buffer keeps the unclipped sample and its log-prob, so the ratio is exact. We do not
@@ -46,9 +50,11 @@ Our deviations from the paper, and why:
   logits; deterministic actions are its argmax.
 - The value loss may be clipped as in ppo2 (``clip_vloss``, on by default like ppo2; our presets
   turn it off, see ``PRESETS``).
-- Advantages are standardised per minibatch; gradients are clipped to a global norm; the
-  learning rate decays linearly to 0 over ``anneal_steps`` env steps when that is set (the agent
-  does not know the training length otherwise: ``podracer.train`` does not pass it).
+- Advantages are standardised per minibatch; gradients are clipped to a global norm. With
+  ``anneal_lr`` the learning rate decays linearly to 0 over the run: ``podracer.train`` calls
+  ``begin_training(total_steps)``, which sets the window [global_step, global_step + total_steps]
+  (CleanRL's ``anneal_lr``, from the Python API and the CLI alike). ``anneal_steps`` instead
+  fixes the horizon in absolute env steps (α reaches 0 at ``global_step == anneal_steps``).
 - Separate actor and critic MLPs, orthogonal init (policy head gain 0.01, value head 1).
 - All randomness (action sampling, minibatch order) comes from the agent's own
   ``torch.Generator``, seeded from torch's global RNG at construction (``make_agent(seed=...)``),
@@ -58,6 +64,9 @@ Our deviations from the paper, and why:
 
 from __future__ import annotations
 
+import copy
+import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -66,7 +75,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, RunningMeanStd, mlp, preset_config, require_space
+from podracer.agents.common import (AgentBase, Preset, RunningMeanStd, mlp, preset_config, require_space,
+                                    restore_generator)
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -75,16 +85,24 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 @dataclass
 class PPOConfig:
     """PPO hyperparameters. Defaults are the paper's Mujoco settings (Schulman et al. 2017,
-    Table 3) plus the implementation details of baselines' ``ppo2``; ``PRESETS`` below holds
-    settings tuned for many batched sub-envs."""
+    Table 3) plus the implementation details of baselines' ``ppo2``, except for the rollout
+    length: T = ``num_steps`` defaults to ``None``, which sizes each rollout to about 2048 env
+    steps whatever the sub-env count (T = max(⌈2048 / num_envs⌉, 16); see ``rollout_steps``).
+    Why: the paper's T = 2048 per env is one env's rollout; with 64 sub-envs it becomes 131,072
+    env steps per update, and PPO then did not leave the random-policy return on Pendulum in
+    300k steps (few updates, each on stale data). With the adaptive T and 32 minibatches (64-256
+    samples each), PPO with these defaults on 64 sub-envs reaches about -180 on Pendulum and the
+    500 cap on CartPole within 300k env steps. ``num_steps=2048`` gives the paper's setting
+    explicitly. ``PRESETS`` below holds settings tuned per task for many batched sub-envs."""
 
-    num_steps: int = 2048  # T: rollout length per sub-env, 8-2048 (batch = T * num_envs)
+    num_steps: int | None = None  # T: rollout length per sub-env, 8-2048; None = max(⌈2048 / num_envs⌉, 16)
     num_minibatches: int = 32  # minibatches per epoch, 1-64 (paper: 2048 / 32 = 64 samples with one env)
     update_epochs: int = 10  # K: passes over each rollout, 1-20
     gamma: float = 0.99  # γ: discount factor, 0.9-0.999
     gae_lambda: float = 0.95  # λ: GAE bias/variance trade-off, 0.8-1.0
     learning_rate: float = field(default=3e-4, metadata={"mutable": (1e-5, 1e-2)})  # α: Adam step size, 1e-5-1e-2
-    anneal_steps: int = 0  # env steps over which α decays linearly to 0, 0 = constant α; usually the training length
+    anneal_lr: bool = False  # α decays linearly to 0 over each training run (window set by begin_training)
+    anneal_steps: int = 0  # absolute horizon: α reaches 0 at this global_step; 0 = off; overrides anneal_lr
     clip_eps: float = field(default=0.2, metadata={"mutable": (0.05, 0.4)})  # ε: ratio clip, 0.1-0.3
     clip_vloss: bool = True  # clip value updates to ±ε around V_old (ppo2), else plain squared error
     vf_coef: float = 0.5  # c₁: value-loss weight, 0.25-1
@@ -102,7 +120,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)  # a list from a checkpoint or YAML is fine
         checks = [
-            (self.num_steps >= 1, f"num_steps must be >= 1, got {self.num_steps}"),
+            (self.num_steps is None or self.num_steps >= 1,
+             f"num_steps must be >= 1 or None (sized to the sub-env count), got {self.num_steps}"),
             (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
             (self.update_epochs >= 1, f"update_epochs must be >= 1, got {self.update_epochs}"),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}"),
@@ -123,9 +142,16 @@ class PPOConfig:
             if not ok:
                 raise ValueError(msg)
 
+    def rollout_steps(self, num_envs: int) -> int:
+        """T, steps per sub-env in one rollout: ``num_steps``, or by default about 2048 env steps
+        in all (the paper's one-env rollout), at least 16 per sub-env for GAE to look ahead."""
+        if self.num_steps is not None:
+            return self.num_steps
+        return max(math.ceil(2048 / num_envs), 16)
+
     def batch_size(self, num_envs: int) -> int:
         """Samples per rollout: T * N."""
-        return self.num_steps * num_envs
+        return self.rollout_steps(num_envs) * num_envs
 
     def minibatch_size(self, num_envs: int) -> int:
         """Samples per gradient step: T * N // num_minibatches (the remainder is dropped each epoch)."""
@@ -154,12 +180,12 @@ PRESETS: dict[str, Preset] = {
         hidden_sizes=(64, 64))),
     # CartPole-v1: eval return > 475 after ~57k env steps (median of 8 seeds, ~1 s on one core).
     # Once every episode reaches the 500-step limit, the standardised advantages are mostly noise
-    # and a policy trained on at α = 3e-3 may drift: α anneals to 0 over the 200k steps
-    # (``podracer train`` stretches that to ``--steps``), and stopping at the target
-    # (``target_return=475``) is best.
-    "cartpole": Preset(num_envs=512, total_steps=200_000, config=dict(
+    # and a policy trained on at α = 3e-3 may drift: α anneals to 0 over the run (``anneal_lr``:
+    # over ``total_steps`` of ``podracer.train`` or ``podracer train --steps``), and stopping at
+    # the target (``target_return=475``) is best.
+    "cartpole": Preset(num_envs=512, total_steps=204_800, config=dict(  # 25 rollouts of 16 x 512
         num_steps=16, num_minibatches=8, update_epochs=5, gamma=0.99, gae_lambda=0.95, learning_rate=3e-3,
-        anneal_steps=200_000, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5, activation="tanh",
+        anneal_lr=True, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5, activation="tanh",
         hidden_sizes=(64, 64))),
 }
 
@@ -220,7 +246,22 @@ class RolloutBuffer:
         self.truncated = torch.zeros(T, N, dtype=torch.bool, **z)  # (T, N)
 
 
-# ---------------------------------------------------------------------------- advantages
+# ---------------------------------------------------------------------------- reward scaling and advantages
+def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, running: torch.Tensor,
+                       gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running discounted return G_t = γ G_{t-1} + r_t of each sub-env, restarted after every
+    episode end: the quantity whose std scales the rewards (Engstrom et al. 2020; gymnasium's
+    ``NormalizeReward``). ``rewards``, ``dones`` (T, N); ``running`` (N,) is G before the rollout.
+    Returns ``(G, running)``: the (T, N) returns and the (N,) G to carry into the next rollout."""
+    returns = torch.empty_like(rewards)  # (T, N)
+    g = running  # (N,)
+    for t in range(rewards.shape[0]):
+        g = gamma * g + rewards[t]
+        returns[t] = g
+        g = torch.where(dones[t], torch.zeros_like(g), g)  # the next reward starts a new episode
+    return returns, g
+
+
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
                 truncated: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation (Schulman et al. 2016, eq. 16) with episode boundaries.
@@ -253,7 +294,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         # KL(old || new) estimated by E[(r - 1) - log r] (Schulman's "approximating KL" note): unbiased, >= 0.
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > clip_eps).float().mean()
-    return loss, {"loss/policy": loss.detach(), "charts/approx_kl": approx_kl, "charts/clipfrac": clipfrac}
+    return loss, {"loss/actor": loss.detach(), "charts/approx_kl": approx_kl, "charts/clipfrac": clipfrac}
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
@@ -266,7 +307,7 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     else:
         values_clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
         loss = 0.5 * torch.max(loss_unclipped, (values_clipped - returns) ** 2).mean()
-    return loss, {"loss/value": loss.detach()}
+    return loss, {"loss/critic": loss.detach()}
 
 
 def entropy_loss(entropy: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -364,6 +405,8 @@ class PPO(AgentBase):
         self.global_step = 0  # env steps trained on, summed over sub-envs (drives lr annealing)
         self.buffer: RolloutBuffer | None = None  # allocated at the first train_step, from obs.shape[0]
         self.discounted_return: torch.Tensor | None = None  # (N,) running discounted return for reward scaling
+        self.anneal_window: tuple[int, int] | None = None  # [start, end) global steps of anneal_lr's decay
+        self._warned_no_window = False
 
     # -- acting
     def _normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -399,26 +442,56 @@ class PPO(AgentBase):
         return self._to_env(actions)
 
     # -- training
+    def begin_training(self, total_steps: int) -> None:
+        """Start a run of ``total_steps`` env steps on a freshly reset env (``podracer.train`` calls
+        this right after ``env.reset()``). The running discounted return restarts at 0, as
+        ``VecNormalize`` does on reset: the last run's episodes do not continue into this one's
+        scaled rewards. With ``anneal_lr``, α decays to 0 over [global_step, global_step + total_steps]."""
+        if self.discounted_return is not None:  # a new tensor: a state_dict taken earlier may share the old one
+            self.discounted_return = torch.zeros_like(self.discounted_return)
+        if self.config.anneal_lr:
+            self.anneal_window = (self.global_step, self.global_step + int(total_steps))
+        self._apply_lr()
+
+    def steps_per_train_step(self, num_envs: int) -> int:
+        """Env steps one ``train_step`` collects on ``num_envs`` sub-envs: T * N."""
+        return self.config.batch_size(num_envs)
+
     def _current_lr(self) -> float:
-        """α, decayed linearly to 0 over ``anneal_steps`` env steps when that is set."""
+        """α, decayed linearly to 0 at ``anneal_steps`` when that is set, else over the run's window
+        when ``anneal_lr`` is (see ``begin_training``), else constant."""
         cfg = self.config
-        if cfg.anneal_steps == 0:
-            return cfg.learning_rate
-        return cfg.learning_rate * max(1.0 - self.global_step / cfg.anneal_steps, 0.0)
+        if cfg.anneal_steps:
+            return cfg.learning_rate * max(1.0 - self.global_step / cfg.anneal_steps, 0.0)
+        if cfg.anneal_lr and self.anneal_window is not None:
+            start, end = self.anneal_window
+            return cfg.learning_rate * max(1.0 - (self.global_step - start) / max(end - start, 1), 0.0)
+        return cfg.learning_rate
 
     def _apply_lr(self) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = self._current_lr()
 
-    def _allocate(self, num_envs: int) -> None:
-        self.buffer = RolloutBuffer(self.config.num_steps, num_envs, self.obs_dim, self.action_shape,
-                                    self.action_dtype, self.device)
+    def _start_rollout(self, num_envs: int) -> None:
+        """Storage for ``num_envs`` sub-envs (allocated at the first rollout, or when N changes) and
+        α for this update."""
+        cfg = self.config
+        if self.buffer is None or self.buffer.num_envs != num_envs:
+            self.buffer = RolloutBuffer(cfg.rollout_steps(num_envs), num_envs, self.obs_dim, self.action_shape,
+                                        self.action_dtype, self.device)
         if self.discounted_return is None or self.discounted_return.shape[0] != num_envs:
-            self.discounted_return = torch.zeros(num_envs, device=self.device)
+            self.discounted_return = torch.zeros(num_envs, device=self.device)  # (N,)
+        if cfg.anneal_lr and not cfg.anneal_steps and self.anneal_window is None and not self._warned_no_window:
+            warnings.warn("PPO anneal_lr=True, but begin_training(total_steps) was not called, so α stays constant; "
+                          "call agent.begin_training(total_steps) before a hand-written training loop "
+                          "(podracer.train does), or set anneal_steps", UserWarning, stacklevel=3)
+            self._warned_no_window = True
+        self._apply_lr()
 
     @torch.no_grad()
     def _collect(self, env: Any, obs: torch.Tensor) -> torch.Tensor:
-        """Fill the buffer with T steps from ``obs``; return the observation to start from next."""
+        """Fill the buffer with T steps from ``obs``, acting on observations normalised with the
+        frozen ``obs_rms``; return the observation to start from next."""
         buf = self.buffer
         for t in range(buf.num_steps):
             buf.obs[t] = obs.reshape(buf.num_envs, -1)
@@ -432,61 +505,54 @@ class PPO(AgentBase):
             buf.next_obs[t] = info["final_obs"].reshape(buf.num_envs, -1)  # dense: equals obs where not ended
         return obs
 
-    @torch.no_grad()
-    def _scaled_rewards(self) -> torch.Tensor:
-        """(T, N) rewards divided by the running std of the discounted return (Engstrom et al. 2020)."""
-        buf = self.buffer
-        if not self.config.norm_reward:
-            return buf.rewards
-        done = buf.terminated | buf.truncated
-        returns = torch.empty_like(buf.rewards)  # (T, N)
-        g = self.discounted_return  # (N,)
-        for t in range(buf.num_steps):
-            g = self.config.gamma * g + buf.rewards[t]
-            returns[t] = g
-            g = torch.where(done[t], torch.zeros_like(g), g)  # the next reward starts a new episode
-        self.discounted_return = g
-        self.return_rms.update(returns)
-        return buf.rewards / torch.sqrt(self.return_rms.var + 1e-8)
-
-    @torch.no_grad()
-    def _prepare_batch(self) -> Batch:
-        """Normalise, evaluate V on s_t and s'_t in one pass, compute GAE, flatten."""
-        buf, cfg = self.buffer, self.config
-        T, N = buf.num_steps, buf.num_envs
-        obs = self._normalize_obs(buf.obs.reshape(T * N, -1))  # (T*N, obs_dim), the stats the policy saw
-        next_obs = self._normalize_obs(buf.next_obs.reshape(T * N, -1))
-        both = self.model.value(torch.cat([obs, next_obs]))  # (2*T*N,)
-        values, next_values = both[:T * N].reshape(T, N), both[T * N:].reshape(T, N)
-        rewards = self._scaled_rewards()
-        if cfg.norm_obs:
-            self.obs_rms.update(buf.obs.reshape(T * N, -1))  # after use: frozen within a rollout
-        advantages, returns = compute_gae(rewards, values, next_values, buf.terminated, buf.truncated,
-                                          cfg.gamma, cfg.gae_lambda)
-        return Batch(obs=obs, actions=buf.actions.reshape(T * N, *self.action_shape),
-                     logprobs=buf.logprobs.reshape(-1), values=values.reshape(-1),
-                     advantages=advantages.reshape(-1), returns=returns.reshape(-1))
-
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """One rollout of ``num_steps`` from ``obs`` and its ``update_epochs`` of minibatch updates.
+        """One rollout of T steps from ``obs`` and its ``update_epochs`` of minibatch updates.
         Returns the next observation and the metrics (see ``podracer.agents.common``)."""
+        cfg = self.config
         if obs.device != self.device:
             raise ValueError(f"expected obs on the agent's device {self.device}, got {obs.device}; "
                              f"build the agent with device=env.device")
-        if self.buffer is None or self.buffer.num_envs != obs.shape[0]:
-            self._allocate(obs.shape[0])
-        self._apply_lr()
+        N = obs.shape[0]
+        self._start_rollout(N)
+        buf, T = self.buffer, self.buffer.num_steps
+
+        # 1. Rollout: T steps of the current policy on all N sub-envs.
         obs = self._collect(env, obs)
-        batch = self._prepare_batch()
-        info = ppo_update(self.model, self.optimizer, batch, self.config, self.generator)
-        env_steps = self.buffer.num_steps * self.buffer.num_envs
-        self.global_step += env_steps
+
+        with torch.no_grad():
+            # 2. V(s_t) and V(s'_t) in one pass, on observations normalised exactly as the policy saw them.
+            b_obs = self._normalize_obs(buf.obs.reshape(T * N, -1))  # (T*N, obs_dim)
+            b_next_obs = self._normalize_obs(buf.next_obs.reshape(T * N, -1))  # (T*N, obs_dim)
+            both = self.model.value(torch.cat([b_obs, b_next_obs]))  # (2*T*N,)
+            values, next_values = both[:T * N].reshape(T, N), both[T * N:].reshape(T, N)
+            # 3. Reward scaling: r_t / std(G), G the running discounted return of each sub-env.
+            rewards = buf.rewards  # (T, N)
+            if cfg.norm_reward:
+                returns_g, self.discounted_return = discounted_returns(
+                    buf.rewards, buf.terminated | buf.truncated, self.discounted_return, cfg.gamma)
+                self.return_rms.update(returns_g)
+                rewards = buf.rewards / torch.sqrt(self.return_rms.var + 1e-8)
+            # 4. Only now do the observation statistics move on: frozen within a rollout.
+            if cfg.norm_obs:
+                self.obs_rms.update(buf.obs.reshape(T * N, -1))
+            # 5. GAE, bootstrapping truncated steps from V(final_obs) (see compute_gae).
+            advantages, returns = compute_gae(rewards, values, next_values, buf.terminated, buf.truncated,
+                                              cfg.gamma, cfg.gae_lambda)
+            batch = Batch(obs=b_obs, actions=buf.actions.reshape(T * N, *self.action_shape),
+                          logprobs=buf.logprobs.reshape(-1), values=values.reshape(-1),
+                          advantages=advantages.reshape(-1), returns=returns.reshape(-1))
+
+        # 6. update_epochs passes of shuffled minibatch updates.
+        info = ppo_update(self.model, self.optimizer, batch, cfg, self.generator)
+        self.global_step += T * N
+
+        # 7. Metrics, with one host sync.
         with torch.no_grad():
             # Fraction of the return variance the critic explains before the update: 1 is perfect.
             var_returns = batch.returns.var()
             info["charts/explained_variance"] = 1 - (batch.returns - batch.values).var() / var_returns.clamp_min(1e-8)
-        metrics = {k: float(v) for k, v in zip(info, torch.stack(list(info.values())).tolist())}  # one host sync
-        metrics["env_steps"] = float(env_steps)
+        metrics = {k: float(v) for k, v in zip(info, torch.stack(list(info.values())).tolist())}
+        metrics["env_steps"] = float(T * N)
         metrics["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
         if not self.discrete:
             metrics["charts/action_std"] = self.model.log_std.exp().mean().item()
@@ -495,7 +561,7 @@ class PPO(AgentBase):
     # -- hyperparameters and persistence
     def set_hparams(self, **hparams: Any) -> None:
         """Change mutable config fields (``learning_rate``, ``ent_coef``, ``clip_eps``) of a live agent;
-        the learning rate goes straight into the optimizer (annealed if ``anneal_steps`` is set)."""
+        the learning rate goes straight into the optimizer (annealed if annealing is on)."""
         super().set_hparams(**hparams)
         self._apply_lr()
 
@@ -509,23 +575,27 @@ class PPO(AgentBase):
             "generator_device": self.device.type,
             "global_step": self.global_step,
             "discounted_return": self.discounted_return,
+            "anneal_window": None if self.anneal_window is None else list(self.anneal_window),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` wrote, on any device: a generator state saved on another
+        device type (a CUDA state does not fit a CPU generator) reseeds deterministically."""
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # A copy: torch's loader keeps the given moment tensors, which would tie this agent's Adam
+        # state to the caller's (to another live agent's, for ``b.load_state_dict(a.state_dict())``).
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.return_rms.load_state_dict(state["return_rms"])
-        # A generator state only fits a generator of the same device type; across devices the
-        # agent keeps its fresh stream (weights and statistics still load exactly).
-        if state["generator_device"] == self.device.type:
-            self.generator.set_state(state["generator"].cpu())
+        restore_generator(self.generator, state["generator"], state.get("generator_device"))
         self.global_step = int(state["global_step"])
         ret = state["discounted_return"]
-        self.discounted_return = None if ret is None else ret.to(self.device)
+        self.discounted_return = None if ret is None else ret.to(self.device, copy=True)
+        window = state.get("anneal_window")  # absent before 1.0
+        self.anneal_window = None if window is None else (int(window[0]), int(window[1]))
         self.buffer = None
         self._apply_lr()
 
 
 __all__ = ["PPO", "PPOConfig", "PRESETS", "Preset", "ActorCritic", "RolloutBuffer", "Batch", "compute_gae",
-           "policy_loss", "value_loss", "entropy_loss", "ppo_update"]
+           "discounted_returns", "policy_loss", "value_loss", "entropy_loss", "ppo_update"]

@@ -1,14 +1,22 @@
-"""Names -> agent classes. ``make_agent("sac", env)`` builds one from an env's spaces.
+"""Names -> agent classes, and ``make_agent``, which builds one for an env.
 
+``make_agent("sac", env)`` builds SAC from the env's single spaces and device. The one resolver,
+``resolve_agent``, takes a registry name, an ``"module:Class"`` import path or a class; the
+checkpoint writer, ``load`` and the tournament all use it (and ``agent_name`` for the way back).
 Entries are import paths, so importing the registry does not import every algorithm.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import torch
+
+from podracer.presets import Preset, find_preset, get_preset
+
+log = logging.getLogger("podracer")
 
 # name -> (module:Class, action space, paper). The README's agent table is built from this.
 AGENTS: dict[str, tuple[str, str, str]] = {
@@ -22,23 +30,118 @@ AGENTS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def import_path(path: str) -> Any:
+    """The object named by ``"package.module:Qual.name"``."""
+    module, _, qualname = path.partition(":")
+    if not module or not qualname:
+        raise ValueError(f"expected an import path 'package.module:Name', got {path!r}")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_agent(agent: str | type) -> type:
+    """The agent class for a registry name (``"ppo"``), an ``"module:Class"`` path, or a class.
+    Anything that is not an agent class (a subclass of ``AgentBase``) is refused."""
+    from podracer.agents.common import AgentBase
+
+    if isinstance(agent, str):
+        key = agent.lower()
+        if ":" in agent:
+            cls = import_path(agent)
+        elif key in AGENTS:
+            cls = import_path(AGENTS[key][0])
+        else:
+            raise ValueError(f"unknown agent {agent!r}; available: {sorted(AGENTS)}, or an import path "
+                             f"'package.module:Class' of your own AgentBase subclass")
+    else:
+        cls = agent
+    if not (isinstance(cls, type) and issubclass(cls, AgentBase)):
+        raise TypeError(f"{agent!r} is not an agent class (a subclass of podracer.AgentBase)")
+    return cls
+
+
 def get_agent_class(name: str) -> type:
-    key = name.lower()
-    if key not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; available: {sorted(AGENTS)}")
-    module, cls = AGENTS[key][0].split(":")
-    return getattr(importlib.import_module(module), cls)
+    """Same as ``resolve_agent`` (kept: the 0.1 name)."""
+    return resolve_agent(name)
+
+
+def agent_name(agent: str | type) -> str:
+    """The name stored for ``agent`` in checkpoints and tournament files: its registry name, else
+    ``"module:Class"``. A class the pod processes or a later ``load`` could not import (defined in
+    a notebook cell or a function) is an error that says how to fix it."""
+    if isinstance(agent, str):
+        cls = resolve_agent(agent)  # fail now, with the resolver's message
+        if ":" not in agent:
+            return agent.lower()
+    else:
+        cls = resolve_agent(agent)
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    for name, (target, *_rest) in AGENTS.items():
+        if target == path:
+            return name
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        raise ValueError(f"agent class {cls.__qualname__} must be importable by name to be saved or run in pods: "
+                         f"define it in a .py module (not a notebook cell or a function)")
+    return path
 
 
 def make_agent(agent: str | type, env: Any, device: str | torch.device | None = None, seed: int | None = None,
-               **config: Any) -> Any:
-    """Build an agent for ``env`` (its single spaces and device). Keyword arguments override
-    config fields; an unknown one is an error that lists the valid fields. ``seed`` seeds torch
-    before the networks are initialised."""
+               preset: str | None = "auto", verbose: bool = True, **config: Any) -> Any:
+    """Build an agent for ``env`` from its single spaces, on its device.
+
+    - ``preset="auto"``: when ``env.task`` names a task with a preset for this agent (the envs
+      Podracer ships: ``make_env("pendulum")``, ``make_env("cartpole")``, the stock env), use it
+      and say so (logger ``"podracer"``; ``verbose=False`` keeps quiet). ``preset="pendulum"``
+      picks one by name; ``preset=None`` uses the config's defaults. ``agent.preset`` holds the
+      ``Preset`` used (its ``num_envs`` and ``total_steps`` too), or None.
+    - Keyword arguments override config fields (on top of the preset); an unknown one is an error
+      that lists the valid fields.
+    - ``seed`` seeds this agent only (initial weights and the agent's own generator); torch's
+      global random state is left as it was.
+    """
     from podracer.agents.common import make_config
 
-    if seed is not None:
-        torch.manual_seed(seed)
-    cls = get_agent_class(agent) if isinstance(agent, str) else agent
-    cfg = make_config(cls.config_cls, config)
-    return cls(env.single_observation_space, env.single_action_space, cfg, device=device or env.device)
+    cls = resolve_agent(agent)
+    name = agent_name(cls) if isinstance(agent, type) else agent_name(agent)
+    task = getattr(env, "task", None)
+    chosen: Preset | None = None
+    if preset == "auto":
+        chosen = find_preset(cls, task)
+        if chosen is not None and verbose:
+            _announce(name, task, chosen, env.num_envs, config)
+    elif preset is not None:
+        chosen = get_preset(cls, preset)
+        if verbose:
+            _announce(name, preset, chosen, env.num_envs, config)
+    cfg = make_config(cls.config_cls, {**(chosen.config if chosen else {}), **config})
+    device = device or env.device
+    if seed is None:
+        new = cls(env.single_observation_space, env.single_action_space, cfg, device=device)
+    else:
+        devices = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # seed this agent, restore the global state after
+            torch.manual_seed(seed)
+            new = cls(env.single_observation_space, env.single_action_space, cfg, device=device)
+    new.preset = chosen
+    return new
+
+
+def _announce(agent: str, task: str, preset: Preset, num_envs: int, overrides: dict[str, Any]) -> None:
+    _ensure_log_handler()
+    extra = f", with your overrides {sorted(overrides)}" if overrides else ""
+    envs = "" if num_envs == preset.num_envs else f" (tuned with num_envs={preset.num_envs}; this env has {num_envs})"
+    log.info(f"podracer: {agent} uses preset {task!r}{extra}{envs}; budget {preset.total_steps:,} env steps. "
+             f"preset=None for plain defaults")
+
+
+def _ensure_log_handler() -> None:
+    """Show podracer's INFO lines once by default (a notebook or script user should see which
+    preset was picked), unless the application configured the "podracer" logger itself."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        if log.level == logging.NOTSET:
+            log.setLevel(logging.INFO)

@@ -2,8 +2,9 @@
 
 One ``add`` stores a whole vector step, ``num_envs`` transitions at once, as at most two slice
 copies (two when the write wraps around the end of the ring). ``sample`` draws indices with the
-buffer's own ``torch.Generator``, so a seed fixes the minibatches on any device, and one
-indexing op per field gathers them. Nothing leaves the device, so nothing syncs with the host.
+buffer's own ``torch.Generator`` (``generator``), so a seed fixes the minibatches on any device,
+and one indexing op per field gathers them. Nothing leaves the device, so nothing syncs with the
+host.
 
 Timeouts: ``next_obs`` must be the env's ``info["final_obs"]`` (dense in Podracer: equal to
 ``obs`` where the sub-env did not end), never the auto-reset observation, and only
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+
+from podracer.agents.common import deprecated_alias, restore_generator
 
 
 class Batch(NamedTuple):
@@ -35,6 +38,8 @@ class ReplayBuffer:
     with ``torch.float32`` continuous ones. ``seed`` seeds the sampling generator.
     """
 
+    rng = deprecated_alias("generator")  # the 0.1 name
+
     def __init__(self, capacity: int, obs_dim: int, action_shape: tuple[int, ...] = (),
                  action_dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                  seed: int | None = None):
@@ -49,11 +54,14 @@ class ReplayBuffer:
         self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)  # (C,)
         self.pos = 0  # next row to write
         self.size = 0  # rows filled so far, <= capacity
-        self.rng = torch.Generator(device=self.device)
+        # Transitions ever added, overwritten ones included: the agents' warm-up counts these, so a
+        # buffer that starts empty (a loaded agent without its saved buffer) warms up again.
+        self.num_added = 0
+        self.generator = torch.Generator(device=self.device)
         if seed is None:
-            self.rng.seed()
+            self.generator.seed()
         else:
-            self.rng.manual_seed(int(seed))
+            self.generator.manual_seed(int(seed))
 
     def __len__(self) -> int:
         return self.size
@@ -84,31 +92,38 @@ class ReplayBuffer:
                 store[:n - first] = value[first:]
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+        self.num_added += n
 
     @torch.no_grad()
     def sample(self, batch_size: int) -> Batch:
         """``batch_size`` transitions drawn uniformly with replacement."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer; add transitions first")
-        idx = torch.randint(0, self.size, (batch_size,), generator=self.rng, device=self.device)
+        idx = torch.randint(0, self.size, (batch_size,), generator=self.generator, device=self.device)
         return Batch(*(store[idx] for store in self._fields()))
 
     def state_dict(self) -> dict[str, Any]:
-        """The filled rows, oldest first, and the generator state."""
+        """The filled rows, oldest first, the count of transitions ever added, and the generator
+        state with its device type (a CUDA state does not fit a CPU generator)."""
         shift = self.pos if self.size == self.capacity else 0  # the oldest row once the ring is full
         state: dict[str, Any] = {name: torch.roll(store, -shift, 0)[:self.size].clone()
                                  for name, store in zip(self.FIELDS, self._fields())}
-        state["rng"] = self.rng.get_state()
+        state["num_added"] = self.num_added
+        state["generator"] = self.generator.get_state()
+        state["generator_device"] = self.device.type
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` wrote; keeps the newest rows if this buffer is smaller."""
+        """Restore what ``state_dict`` wrote, saved on any device; keeps the newest rows if this
+        buffer is smaller. Also reads 0.1 states (generator under ``"rng"``, no ``num_added``)."""
         size = min(int(state["obs"].shape[0]), self.capacity)
         if size:
             for name, store in zip(self.FIELDS, self._fields()):
                 store[:size] = state[name][-size:].to(self.device)
         self.pos, self.size = size % self.capacity, size
-        self.rng.set_state(state["rng"].cpu())
+        self.num_added = int(state.get("num_added", state["obs"].shape[0]))
+        restore_generator(self.generator, state["generator"] if "generator" in state else state["rng"],
+                          state.get("generator_device"))
 
     def __repr__(self) -> str:
         return f"ReplayBuffer(size={self.size}, capacity={self.capacity}, device={self.device})"

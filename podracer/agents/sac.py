@@ -16,6 +16,10 @@ Our deviations and choices:
   observation ``info["final_obs"]`` (the replay buffer stores it as ``next_obs``).
 - Many sub-envs step together; ``updates_per_step`` gradient updates are done per env
   transition (summed over sub-envs), interleaved with the vector steps of a ``train_step``.
+- Warm-up (uniform random actions) lasts until the replay buffer has collected
+  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
+  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
+  buffer refills it before it learns again (``offpolicy.collect_and_update``).
 - The two critics are one ensemble network (batched matmuls), not two modules: same maths,
   half the kernel launches.
 - Critics, actor and temperature step together: their three losses are summed, one backward
@@ -40,7 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, QEnsemble, mlp, preset_config, soft_update
+from podracer.agents.common import (AgentBase, Preset, QEnsemble, deprecated_alias, mlp, preset_config,
+                                    soft_update)
 from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -59,13 +64,15 @@ class SACConfig:
     alpha: float = field(default=0.2, metadata={"mutable": (0.01, 1.0)})  # α, initial (or fixed) temperature; 0-1
     autotune: bool = True  # learn α towards the target entropy (paper v2)
     target_entropy: float | None = None  # H_target; None means -act_dim (paper)
-    hidden: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
+    hidden_sizes: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
     batch_size: int = 256  # B, transitions per update; 64-1024
     buffer_size: int = 1_000_000  # replay capacity in transitions; >= batch_size
-    learning_starts: int = 5_000  # env steps (all sub-envs) of uniform random actions before updates
+    learning_starts: int = 5_000  # uniform random transitions in the buffer before updates
     updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
     num_steps: int = 50  # T, vector steps per train_step call
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
+
+    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "SACConfig":
@@ -84,7 +91,7 @@ class SACConfig:
 # reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
 PRESETS: dict[str, Preset] = {
     "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
-        hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, batch_size=128, updates_per_step=2.0,
+        hidden_sizes=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, batch_size=128, updates_per_step=2.0,
         learning_starts=400, num_steps=25, buffer_size=100_000)),
 }
 
@@ -94,9 +101,9 @@ PRESETS: dict[str, Preset] = {
 class SquashedGaussianActor(nn.Module):
     """pi(a|s): Gaussian in pre-tanh space, squashed by tanh and scaled to [low, high]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], low: np.ndarray, high: np.ndarray):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation=nn.ReLU, orthogonal=False)
+        self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation=nn.ReLU, orthogonal=False)
         low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
         self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
@@ -110,10 +117,10 @@ class SquashedGaussianActor(nn.Module):
         mean, _ = self(obs)
         return self.action_bias + self.action_scale * torch.tanh(mean)
 
-    def sample(self, obs: torch.Tensor, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample and its log-probability: (B, act_dim), (B,)."""
         mean, log_std = self(obs)
-        noise = torch.randn(mean.shape, generator=rng, device=mean.device)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
         u = mean + log_std.exp() * noise
         # log N(u; mean, std), written out so the noise comes from our generator.
         logprob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -123,14 +130,14 @@ class SquashedGaussianActor(nn.Module):
         return self.action_bias + self.action_scale * torch.tanh(u), logprob
 
 
-class SACNets(nn.Module):
+class SACModel(nn.Module):
     """Everything SAC learns, in one module so it moves and saves together."""
 
     def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig, low: np.ndarray, high: np.ndarray):
         super().__init__()
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden, low, high)
-        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden)
-        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden)
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes)
+        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha) if cfg.alpha > 0 else -math.inf))
@@ -144,11 +151,11 @@ def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torc
 
 
 @torch.no_grad()
-def soft_value(nets: SACNets, next_obs: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+def soft_value(model: SACModel, next_obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """V(s') = min_k Q'_k(s', a') - alpha * log pi(a'|s'), a' ~ pi(.|s'): (B,)."""
-    next_actions, next_logprob = nets.actor.sample(next_obs, rng)
-    q_next = nets.critic_target(next_obs, next_actions).min(dim=0).values
-    return q_next - nets.log_alpha.exp() * next_logprob
+    next_actions, next_logprob = model.actor.sample(next_obs, generator)
+    q_next = model.critic_target(next_obs, next_actions).min(dim=0).values
+    return q_next - model.log_alpha.exp() * next_logprob
 
 
 def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -157,11 +164,11 @@ def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple
     return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
 
 
-def actor_loss(nets: SACNets, obs: torch.Tensor, rng: torch.Generator
+def actor_loss(model: SACModel, obs: torch.Tensor, generator: torch.Generator
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    actions, logprob = nets.actor.sample(obs, rng)
-    q = nets.critic(obs, actions, detach_params=True).min(dim=0).values
-    loss = (nets.log_alpha.exp().detach() * logprob - q).mean()
+    actions, logprob = model.actor.sample(obs, generator)
+    q = model.critic(obs, actions, detach_params=True).min(dim=0).values
+    loss = (model.log_alpha.exp().detach() * logprob - q).mean()
     return loss, {"loss/actor": loss.detach(), "charts/entropy": -logprob.detach().mean(), "logprob": logprob.detach()}
 
 
@@ -172,34 +179,34 @@ def alpha_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: f
 
 
 # ---------------------------------------------------------------------------- update
-def update(nets: SACNets, optim: torch.optim.Optimizer, batch: Batch, cfg: SACConfig, target_entropy: float,
-           rng: torch.Generator) -> dict[str, torch.Tensor]:
+def update(model: SACModel, optimizer: torch.optim.Optimizer, batch: Batch, cfg: SACConfig, target_entropy: float,
+           generator: torch.Generator) -> dict[str, torch.Tensor]:
     """One gradient step on critics, actor and (with autotune) temperature, then the targets."""
-    targets = td_target(batch.rewards, batch.terminated, soft_value(nets, batch.next_obs, rng), cfg.gamma)
-    loss, info = critic_loss(nets.critic, batch, targets)
-    loss_pi, info_pi = actor_loss(nets, batch.obs, rng)
+    targets = td_target(batch.rewards, batch.terminated, soft_value(model, batch.next_obs, generator), cfg.gamma)
+    loss, info = critic_loss(model.critic, batch, targets)
+    loss_pi, info_pi = actor_loss(model, batch.obs, generator)
     loss = loss + loss_pi
     logprob = info_pi.pop("logprob")
     info.update(info_pi)
     if cfg.autotune:
-        loss_alpha, info_alpha = alpha_loss(nets.log_alpha, logprob, target_entropy)
+        loss_alpha, info_alpha = alpha_loss(model.log_alpha, logprob, target_entropy)
         loss = loss + loss_alpha
         info.update(info_alpha)
     # Disjoint parameters per loss (see the module docstring), so one backward gives each its own gradient.
-    optim.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    optim.step()
-    soft_update(nets.critic_target, nets.critic, cfg.tau)
-    info["charts/alpha"] = nets.log_alpha.detach().exp()
+    optimizer.step()
+    soft_update(model.critic_target, model.critic, cfg.tau)
+    info["charts/alpha"] = model.log_alpha.detach().exp()
     return info
 
 
 # ---------------------------------------------------------------------------- agent
-def make_optimizer(nets: SACNets, cfg: SACConfig, device: torch.device) -> torch.optim.Adam:
+def make_optimizer(model: SACModel, cfg: SACConfig, device: torch.device) -> torch.optim.Adam:
     """One Adam over three named parameter groups; the fused kernel does the step in one launch."""
-    groups = [{"name": "actor", "params": list(nets.actor.parameters()), "lr": cfg.actor_lr},
-              {"name": "critic", "params": list(nets.critic.parameters()), "lr": cfg.critic_lr},
-              {"name": "alpha", "params": [nets.log_alpha], "lr": cfg.alpha_lr}]
+    groups = [{"name": "actor", "params": list(model.actor.parameters()), "lr": cfg.actor_lr},
+              {"name": "critic", "params": list(model.critic.parameters()), "lr": cfg.critic_lr},
+              {"name": "alpha", "params": [model.log_alpha], "lr": cfg.alpha_lr}]
     return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
 
 
@@ -209,6 +216,12 @@ class SAC(AgentBase):
     name: ClassVar[str] = "sac"
     config_cls: ClassVar[type] = SACConfig
     presets: ClassVar[dict[str, Preset]] = PRESETS
+    config: SACConfig
+    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
+    nets = deprecated_alias("model")
+    optim = deprecated_alias("optimizer")
+    rng = deprecated_alias("generator")
+    env_steps = deprecated_alias("global_step")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: SACConfig | dict | None = None,
                  device: str | torch.device = "cpu"):
@@ -217,8 +230,8 @@ class SAC(AgentBase):
         cfg = self.config
         self.act_dim = int(low.size)
         self.target_entropy = float(-self.act_dim if cfg.target_entropy is None else cfg.target_entropy)
-        self.nets = SACNets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
-        self.optim = make_optimizer(self.nets, cfg, self.device)
+        self.model = SACModel(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg, self.device)
         init_replay(self, (self.act_dim,), torch.float32)
         self.low = torch.as_tensor(low, device=self.device)
         self.high = torch.as_tensor(high, device=self.device)
@@ -227,9 +240,9 @@ class SAC(AgentBase):
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         obs = obs.reshape(obs.shape[0], -1)
         if deterministic:
-            actions = self.nets.actor.deterministic(obs)
+            actions = self.model.actor.deterministic(obs)
         else:
-            actions, _ = self.nets.actor.sample(obs, self.rng)
+            actions, _ = self.model.actor.sample(obs, self.generator)
         return actions.reshape(obs.shape[0], *self.action_space.shape)
 
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -237,8 +250,8 @@ class SAC(AgentBase):
         the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
         return collect_and_update(self, env, obs, functools.partial(explore_box, self),
-                                  lambda batch: update(self.nets, self.optim, batch, cfg,
-                                                       self.target_entropy, self.rng))
+                                  lambda batch: update(self.model, self.optimizer, batch, cfg,
+                                                       self.target_entropy, self.generator))
 
     # -- persistence and hyperparameters
     def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
@@ -249,7 +262,7 @@ class SAC(AgentBase):
 
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        push_learning_rates(self.optim, self.config)
+        push_learning_rates(self.optimizer, self.config)
         if "alpha" in hparams:  # restart the temperature there (autotune keeps adapting it)
             with torch.no_grad():
-                self.nets.log_alpha.fill_(math.log(self.config.alpha))
+                self.model.log_alpha.fill_(math.log(self.config.alpha))

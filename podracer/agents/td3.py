@@ -16,6 +16,10 @@ Our deviations and choices:
   observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
 - Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
   (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
+- Warm-up (uniform random actions) lasts until the replay buffer has collected
+  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
+  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
+  buffer refills it before it learns again (``offpolicy.collect_and_update``).
 - The two critics are one ensemble network (batched matmuls): same maths, fewer kernel launches.
 - Critic and actor step together: their losses are summed, one backward pass and one Adam
   step (two parameter groups with their own learning rates). The actor's loss sees the
@@ -36,7 +40,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, QEnsemble, mlp, preset_config, soft_update
+from podracer.agents.common import (AgentBase, Preset, QEnsemble, deprecated_alias, mlp, preset_config,
+                                    soft_update)
 from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
                                          load_offpolicy_state, offpolicy_state, push_learning_rates)
 from podracer.agents.replay import Batch
@@ -53,13 +58,15 @@ class TD3Config:
     policy_noise: float = field(default=0.2, metadata={"mutable": (0.05, 0.5)})  # σ, target smoothing (x scale); 0-0.5
     noise_clip: float = 0.5  # c, clip of the smoothing noise (x scale); 0-1
     policy_delay: int = 2  # d, critic updates per actor (and target) update; 1-4
-    hidden: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
+    hidden_sizes: tuple[int, ...] = (256, 256)  # hidden layer sizes of actor and critics
     batch_size: int = 256  # B, transitions per update; 64-1024
     buffer_size: int = 1_000_000  # replay capacity in transitions; >= batch_size
-    learning_starts: int = 25_000  # env steps (all sub-envs) of uniform random actions before updates
+    learning_starts: int = 25_000  # uniform random transitions in the buffer before updates
     updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
     num_steps: int = 50  # T, vector steps per train_step call
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
+
+    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TD3Config":
@@ -77,7 +84,7 @@ class TD3Config:
 # reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
 PRESETS: dict[str, Preset] = {
     "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
-        hidden=(64, 64), actor_lr=1e-3, critic_lr=1e-3, batch_size=128, updates_per_step=3.0,
+        hidden_sizes=(64, 64), actor_lr=1e-3, critic_lr=1e-3, batch_size=128, updates_per_step=3.0,
         learning_starts=400, num_steps=25, buffer_size=100_000)),
 }
 
@@ -87,9 +94,9 @@ PRESETS: dict[str, Preset] = {
 class DeterministicActor(nn.Module):
     """mu(s) = c + s * tanh(net(s)): always inside the Box bounds [c - s, c + s]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], low: np.ndarray, high: np.ndarray):
         super().__init__()
-        self.net = mlp(obs_dim, hidden, act_dim, activation=nn.ReLU, orthogonal=False)
+        self.net = mlp(obs_dim, hidden_sizes, act_dim, activation=nn.ReLU, orthogonal=False)
         low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
         self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
@@ -98,15 +105,15 @@ class DeterministicActor(nn.Module):
         return self.action_bias + self.action_scale * torch.tanh(self.net(obs))
 
 
-class TD3Nets(nn.Module):
+class TD3Model(nn.Module):
     """Everything TD3 learns, in one module so it moves and saves together."""
 
     def __init__(self, obs_dim: int, act_dim: int, cfg: TD3Config, low: np.ndarray, high: np.ndarray):
         super().__init__()
-        self.actor = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
-        self.actor_target = DeterministicActor(obs_dim, act_dim, cfg.hidden, low, high)
-        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden, num_critics=2)
-        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden, num_critics=2)
+        self.actor = DeterministicActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        self.actor_target = DeterministicActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes, num_critics=2)
+        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes, num_critics=2)
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.actor_target.requires_grad_(False)
@@ -121,16 +128,16 @@ def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torc
 
 
 @torch.no_grad()
-def smoothed_target_value(nets: TD3Nets, next_obs: torch.Tensor, cfg: TD3Config,
-                          rng: torch.Generator) -> torch.Tensor:
+def smoothed_target_value(model: TD3Model, next_obs: torch.Tensor, cfg: TD3Config,
+                          generator: torch.Generator) -> torch.Tensor:
     """V(s') = min_k Q'_k(s', a') at the smoothed target action a' (Fujimoto et al. sec. 5.3): (B,)."""
-    actions = nets.actor_target(next_obs)
-    scale = nets.actor.action_scale
-    noise = torch.randn(actions.shape, generator=rng, device=actions.device) * cfg.policy_noise * scale
+    actions = model.actor_target(next_obs)
+    scale = model.actor.action_scale
+    noise = torch.randn(actions.shape, generator=generator, device=actions.device) * cfg.policy_noise * scale
     noise = torch.maximum(torch.minimum(noise, cfg.noise_clip * scale), -cfg.noise_clip * scale)
-    low, high = nets.actor.action_bias - scale, nets.actor.action_bias + scale
+    low, high = model.actor.action_bias - scale, model.actor.action_bias + scale
     actions = torch.maximum(torch.minimum(actions + noise, high), low)
-    return nets.critic_target(next_obs, actions).min(dim=0).values
+    return model.critic_target(next_obs, actions).min(dim=0).values
 
 
 def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -139,39 +146,39 @@ def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple
     return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
 
 
-def actor_loss(nets: TD3Nets, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def actor_loss(model: TD3Model, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-mean Q_1(s, mu(s)): the deterministic policy gradient through the first critic only."""
-    loss = -nets.critic(obs, nets.actor(obs), detach_params=True)[0].mean()
+    loss = -model.critic(obs, model.actor(obs), detach_params=True)[0].mean()
     return loss, {"loss/actor": loss.detach()}
 
 
 # ---------------------------------------------------------------------------- update
-def update(nets: TD3Nets, optim: torch.optim.Optimizer, batch: Batch, cfg: TD3Config, update_actor: bool,
-           rng: torch.Generator) -> dict[str, torch.Tensor]:
+def update(model: TD3Model, optimizer: torch.optim.Optimizer, batch: Batch, cfg: TD3Config, update_actor: bool,
+           generator: torch.Generator) -> dict[str, torch.Tensor]:
     """One critic step; with ``update_actor`` also one actor step and the target updates."""
-    targets = td_target(batch.rewards, batch.terminated, smoothed_target_value(nets, batch.next_obs, cfg, rng),
+    targets = td_target(batch.rewards, batch.terminated, smoothed_target_value(model, batch.next_obs, cfg, generator),
                         cfg.gamma)
-    loss, info = critic_loss(nets.critic, batch, targets)
+    loss, info = critic_loss(model.critic, batch, targets)
     if update_actor:
-        loss_pi, info_pi = actor_loss(nets, batch.obs)
+        loss_pi, info_pi = actor_loss(model, batch.obs)
         loss = loss + loss_pi
         info.update(info_pi)
     # Disjoint parameters per loss (see the module docstring), so one backward gives each its own
     # gradient; without an actor loss the actor's .grad stays None and Adam skips it.
-    optim.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    optim.step()
+    optimizer.step()
     if update_actor:
-        soft_update(nets.actor_target, nets.actor, cfg.tau)
-        soft_update(nets.critic_target, nets.critic, cfg.tau)
+        soft_update(model.actor_target, model.actor, cfg.tau)
+        soft_update(model.critic_target, model.critic, cfg.tau)
     return info
 
 
 # ---------------------------------------------------------------------------- agent
-def make_optimizer(nets: TD3Nets, cfg: TD3Config, device: torch.device) -> torch.optim.Adam:
+def make_optimizer(model: TD3Model, cfg: TD3Config, device: torch.device) -> torch.optim.Adam:
     """One Adam over two named parameter groups; the fused kernel does the step in one launch."""
-    groups = [{"name": "actor", "params": list(nets.actor.parameters()), "lr": cfg.actor_lr},
-              {"name": "critic", "params": list(nets.critic.parameters()), "lr": cfg.critic_lr}]
+    groups = [{"name": "actor", "params": list(model.actor.parameters()), "lr": cfg.actor_lr},
+              {"name": "critic", "params": list(model.critic.parameters()), "lr": cfg.critic_lr}]
     return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
 
 
@@ -181,6 +188,12 @@ class TD3(AgentBase):
     name: ClassVar[str] = "td3"
     config_cls: ClassVar[type] = TD3Config
     presets: ClassVar[dict[str, Preset]] = PRESETS
+    config: TD3Config
+    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
+    nets = deprecated_alias("model")
+    optim = deprecated_alias("optimizer")
+    rng = deprecated_alias("generator")
+    env_steps = deprecated_alias("global_step")
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: TD3Config | dict | None = None,
                  device: str | torch.device = "cpu"):
@@ -188,8 +201,8 @@ class TD3(AgentBase):
         low, high = box_bounds("TD3", action_space)
         cfg = self.config
         self.act_dim = int(low.size)
-        self.nets = TD3Nets(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
-        self.optim = make_optimizer(self.nets, cfg, self.device)
+        self.model = TD3Model(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg, self.device)
         init_replay(self, (self.act_dim,), torch.float32)
         self.low = torch.as_tensor(low, device=self.device)
         self.high = torch.as_tensor(high, device=self.device)
@@ -197,10 +210,10 @@ class TD3(AgentBase):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         obs = obs.reshape(obs.shape[0], -1)
-        actions = self.nets.actor(obs)
+        actions = self.model.actor(obs)
         if not deterministic:
-            noise = torch.randn(actions.shape, generator=self.rng, device=self.device)
-            actions = actions + noise * self.config.exploration_noise * self.nets.actor.action_scale
+            noise = torch.randn(actions.shape, generator=self.generator, device=self.device)
+            actions = actions + noise * self.config.exploration_noise * self.model.actor.action_scale
             actions = torch.maximum(torch.minimum(actions, self.high), self.low)
         return actions.reshape(obs.shape[0], *self.action_space.shape)
 
@@ -209,8 +222,8 @@ class TD3(AgentBase):
         the gradient updates it is owed (``updates_per_step`` per transition)."""
         cfg = self.config
         return collect_and_update(self, env, obs, functools.partial(explore_box, self),
-                                  lambda batch: update(self.nets, self.optim, batch, cfg,
-                                                       self.updates % cfg.policy_delay == 0, self.rng))
+                                  lambda batch: update(self.model, self.optimizer, batch, cfg,
+                                                       self.updates % cfg.policy_delay == 0, self.generator))
 
     # -- persistence and hyperparameters
     def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
@@ -221,4 +234,4 @@ class TD3(AgentBase):
 
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        push_learning_rates(self.optim, self.config)
+        push_learning_rates(self.optimizer, self.config)

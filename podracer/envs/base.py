@@ -5,6 +5,8 @@ An env here is ``num_envs`` copies of one task stepped together as torch tensors
 
 - ``num_envs``, ``device``, ``single_observation_space``, ``single_action_space``
   (gymnasium spaces), ``metadata["autoreset_mode"] == "same_step"``.
+- Optional ``task``: the name of the task when Podracer has presets for it (``"pendulum"``,
+  ``"stock_trading"``); ``make_agent`` then picks the preset by itself. ``None`` otherwise.
 - ``reset(seed=None) -> (obs, info)``; ``obs`` is ``(num_envs, obs_dim)``.
 - ``step(actions) -> (obs, rewards, terminated, truncated, info)``; ``rewards`` float,
   ``terminated`` and ``truncated`` bool, each ``(num_envs,)``.
@@ -99,6 +101,7 @@ class TensorVecEnv:
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AUTORESET_MODE}
+    task: str | None = None  # the task name Podracer has presets for ("pendulum"); make_agent picks them
     single_observation_space: gym.Space
     single_action_space: gym.Space
 

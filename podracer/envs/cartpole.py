@@ -17,6 +17,7 @@ from podracer.envs.base import TensorVecEnv
 
 
 class CartPoleVecEnv(TensorVecEnv):
+    task = "cartpole"  # make_agent picks the agents' "cartpole" presets
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
     total_mass = masscart + masspole
     polemass_length = masspole * length

@@ -18,6 +18,7 @@ from podracer.envs.base import AUTORESET_MODE, check_actions, resolve_device
 
 class GymVecEnvAdapter:
     metadata: dict[str, Any] = {"autoreset_mode": AUTORESET_MODE}
+    task: str | None = None  # no Podracer preset: make_agent uses the agents' batched-env defaults
 
     def __init__(self, vec_env: gym.vector.VectorEnv, device: str | torch.device = "cpu", validate_actions: bool = True):
         mode = vec_env.metadata.get("autoreset_mode")

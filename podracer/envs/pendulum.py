@@ -21,6 +21,7 @@ def angle_normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 class PendulumVecEnv(TensorVecEnv):
+    task = "pendulum"  # make_agent picks the agents' "pendulum" presets
     max_speed, max_torque, dt, g, m, l = 8.0, 2.0, 0.05, 10.0, 1.0, 1.0
 
     def __init__(self, num_envs: int = 1, device: str | torch.device = "cpu", max_episode_steps: int = 200,

@@ -1,0 +1,184 @@
+"""The stable API: presets, make_agent's seeding and preset choice, one agent-name resolver, the one
+checkpoint writer, train's step-budget warnings, and the deprecation rule for renamed names."""
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+import podracer
+from podracer import checkpoints
+from podracer.agents.common import make_config
+from podracer.envs import CartPoleVecEnv, PendulumVecEnv
+
+TINY = dict(hidden_sizes=(8,), num_steps=4, update_epochs=1, num_minibatches=1)
+
+
+def _weights(agent):
+    return torch.cat([p.detach().flatten() for p in agent.model.parameters()])
+
+
+# ---------------------------------------------------------------------------- exports
+def test_public_names_are_exported_and_grouped():
+    for name in podracer.__all__:
+        assert hasattr(podracer, name), name
+    assert podracer.agents.ppo.PRESETS is podracer.agents.ppo.PPO.presets  # submodules reachable after import
+
+
+def test_old_names_keep_working_with_a_future_warning():
+    with pytest.warns(FutureWarning, match="resolve_agent"):
+        assert podracer.get_agent_class is podracer.resolve_agent
+
+
+# ---------------------------------------------------------------------------- seeding
+def test_make_agent_seed_is_local_and_reproducible():
+    env = PendulumVecEnv(4)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a = podracer.make_agent("ppo", env, seed=7, verbose=False)
+    assert torch.equal(torch.random.get_rng_state(), before), "make_agent(seed=) must not touch torch's global RNG"
+    b = podracer.make_agent("ppo", env, seed=7, verbose=False)
+    c = podracer.make_agent("ppo", env, seed=8, verbose=False)
+    assert torch.equal(_weights(a), _weights(b))
+    assert not torch.equal(_weights(a), _weights(c))
+    obs = torch.zeros(4, 3)
+    assert torch.equal(a.act(obs), b.act(obs))  # the agent's own generator is seeded too
+
+
+# ---------------------------------------------------------------------------- presets
+def test_presets_table_lists_agent_task_envs_budget_config():
+    table = podracer.presets()
+    assert list(table.columns) == ["agent", "task", "num_envs", "total_steps", "config"]
+    row = table[(table.agent == "ppo") & (table.task == "pendulum")].iloc[0]
+    preset = podracer.get_preset("ppo", "pendulum")
+    assert (row.num_envs, row.total_steps, row.config) == (preset.num_envs, preset.total_steps, preset.config)
+    assert {"sac", "td3", "ddpg", "dqn"} <= set(table.agent)
+
+
+def test_make_agent_picks_the_preset_of_a_shipped_env_and_says_so(caplog):
+    env = PendulumVecEnv(8)
+    with caplog.at_level(logging.INFO, logger="podracer"):
+        agent = podracer.make_agent("ppo", env, seed=0)
+    preset = podracer.get_preset("ppo", "pendulum")
+    assert agent.preset == preset
+    assert agent.config.learning_rate == preset.config["learning_rate"]
+    assert "preset 'pendulum'" in caplog.text and "num_envs=512" in caplog.text
+
+
+def test_explicit_preset_none_and_overrides():
+    env = PendulumVecEnv(8)
+    default = podracer.make_agent("ppo", env, preset=None, verbose=False)
+    assert default.preset is None and default.config == podracer.agents.ppo.PPOConfig()
+    named = podracer.make_agent("ppo", CartPoleVecEnv(8), preset="cartpole", learning_rate=1e-4, verbose=False)
+    assert named.preset == podracer.get_preset("ppo", "cartpole") and named.config.learning_rate == 1e-4
+    with pytest.raises(ValueError, match="no ppo preset 'walker'.*cartpole"):
+        podracer.make_agent("ppo", env, preset="walker")
+    gym_env = podracer.make_gym_env("Pendulum-v1", 2)  # no task: defaults, no message
+    assert podracer.make_agent("ppo", gym_env, verbose=False).preset is None
+
+
+def test_train_takes_the_step_budget_from_the_preset(monkeypatch):
+    env = PendulumVecEnv(4)
+    agent = podracer.make_agent("ppo", env, seed=0, verbose=False, **TINY)
+    monkeypatch.setattr(agent, "preset", podracer.Preset(num_envs=4, total_steps=48, config={}))
+    _, history = podracer.train(agent, env, progress=False)
+    assert history["global_step"].iloc[-1] == 48
+    bare = podracer.make_agent("ppo", env, preset=None, verbose=False, **TINY)
+    with pytest.raises(ValueError, match="give total_steps"):
+        podracer.train(bare, env, progress=False)
+
+
+def test_register_preset_from_another_package():
+    podracer.register_preset("ppo", "my_task", podracer.Preset(num_envs=2, total_steps=32, config=dict(num_steps=4)))
+    env = PendulumVecEnv(2)
+    env.task = "my_task"
+    agent = podracer.make_agent("ppo", env, verbose=False)
+    assert agent.config.num_steps == 4 and agent.preset.total_steps == 32
+    assert "my_task" in set(podracer.presets("ppo").task)
+
+
+# ---------------------------------------------------------------------------- train warnings
+def test_train_warns_when_total_steps_is_below_one_rollout_or_overshot():
+    env = PendulumVecEnv(8)
+    agent = podracer.make_agent("ppo", env, seed=0, verbose=False, **TINY)  # 4 x 8 = 32 env steps per call
+    with pytest.warns(UserWarning, match=r"smaller than one training step.*runs 32 steps \(22 more\)"):
+        _, history = podracer.train(agent, env, 10, progress=False)
+    assert history["global_step"].iloc[-1] == 32
+    with pytest.warns(UserWarning, match=r"runs 64 steps \(24 more\)"):
+        podracer.train(agent, env, 40, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        podracer.train(agent, env, 64, progress=False)  # a multiple: silent
+
+
+def test_defaults_fit_batched_envs_instead_of_huge_rollouts():
+    """The 0.1 default (T=2048 per sub-env) made one PPO update 131,072 env steps on 64 sub-envs."""
+    env = PendulumVecEnv(64)
+    agent = podracer.make_agent("ppo", env, preset=None, verbose=False)
+    assert agent.steps_per_train_step(64) <= 8192
+
+
+def test_iterate_training_does_not_reseed_the_env_each_call():
+    """0.1 reset the env with seed 0 on every call: every generation, every notebook re-run saw
+    the same episodes. Now an unseeded call continues the env's random stream."""
+    env = PendulumVecEnv(4)
+    unseeded = [env_start(env, None) for _ in range(2)]
+    assert not torch.equal(unseeded[0], unseeded[1])
+    seeded = [env_start(env, 5) for _ in range(2)]
+    assert torch.equal(seeded[0], seeded[1])
+
+
+def env_start(env, seed):
+    """The first observation iterate_training trains from, recorded by a probe agent."""
+    probe = _Probe(env)
+    next(podracer.iterate_training(probe, env, 1, seed=seed))
+    return probe.first_obs
+
+
+class _Probe:
+    def __init__(self, env):
+        self.first_obs = None
+
+    def train_step(self, env, obs):
+        self.first_obs = obs.clone()
+        return obs, {"env_steps": 1.0}
+
+
+# ---------------------------------------------------------------------------- one resolver, one writer
+def test_module_class_names_work_in_make_agent_save_and_load(tmp_path):
+    env = PendulumVecEnv(2)
+    agent = podracer.make_agent("podracer.agents.ppo:PPO", env, seed=0, verbose=False, **TINY)
+    assert type(agent).__name__ == "PPO" and podracer.resolve_agent("ppo") is type(agent)
+    path = agent.save(tmp_path / "a.pt")
+    assert torch.load(path, weights_only=True)["agent"] == "ppo"  # registry name when there is one
+    loaded = podracer.load_agent(path)
+    assert torch.equal(_weights(loaded), _weights(agent))
+    with pytest.raises(TypeError, match="not an agent class"):
+        podracer.resolve_agent("os:system")
+    with pytest.raises(ValueError, match="unknown agent 'ppp'"):
+        podracer.make_agent("ppp", env)
+
+
+def test_agent_save_is_the_checksummed_atomic_writer(tmp_path):
+    env = PendulumVecEnv(2)
+    agent = podracer.make_agent("ppo", env, seed=0, verbose=False, **TINY)
+    path = agent.save(tmp_path / "deep" / "agent.pt")
+    assert checkpoints.read(path)["agent"] == "ppo"
+    assert not list(path.parent.glob("*.tmp"))
+    with pytest.raises(podracer.CheckpointError, match="does not exist"):
+        podracer.load_agent(tmp_path / "nope.pt")
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(podracer.CheckpointError, match="cannot be loaded"):
+        podracer.load_agent(path)
+
+
+def test_renamed_config_fields_load_with_a_warning():
+    cfg_cls = type(podracer.make_agent("sac", PendulumVecEnv(2), verbose=False).config)
+    if "hidden" not in getattr(cfg_cls, "aliases", {}):
+        pytest.fail("SACConfig should declare aliases = {'hidden': 'hidden_sizes'}")
+    with pytest.warns(FutureWarning, match="'hidden' is renamed 'hidden_sizes'"):
+        cfg = make_config(cfg_cls, {"hidden": [32, 32]})
+    assert cfg.hidden_sizes == (32, 32)
+    with pytest.raises(ValueError, match="give 'hidden_sizes' only"):
+        make_config(cfg_cls, {"hidden": [32], "hidden_sizes": [32]})
