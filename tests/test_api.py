@@ -182,3 +182,31 @@ def test_renamed_config_fields_load_with_a_warning():
     assert cfg.hidden_sizes == (32, 32)
     with pytest.raises(ValueError, match="give 'hidden_sizes' only"):
         make_config(cfg_cls, {"hidden": [32], "hidden_sizes": [32]})
+
+
+def test_ppo_refuses_minibatches_of_one_sample_instead_of_going_nan():
+    """Found by probing: 8 steps x 4 sub-envs in 32 minibatches gave 1-sample minibatches, whose
+    standardised advantage is NaN; the NaN policy only surfaced as the env refusing NaN actions."""
+    env = PendulumVecEnv(4)
+    agent = podracer.make_agent("ppo", env, seed=0, preset=None, hidden_sizes=(8,), num_steps=8)
+    with pytest.raises(ValueError, match=r"minibatches would hold 1 sample.*num_minibatches <= 16"):
+        podracer.train(agent, env, 64, progress=False)
+    ok = podracer.make_agent("ppo", env, seed=0, preset=None, hidden_sizes=(8,), num_steps=8, num_minibatches=16)
+    _, history = podracer.train(ok, env, 64, progress=False)
+    assert history["loss/actor"].notna().all()
+
+
+@pytest.mark.parametrize("name", ["ppo", "sac", "dqn"])
+def test_checkpoints_written_by_0_1_load_quietly_and_keep_training(name):
+    """tests/data/v0_1_*.pt were saved by podracer 0.1 (config `hidden`/`lr`, state `nets`/`optim`/
+    `rng`/`env_steps`): a checkpoint is data, so the renames load without a warning."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / f"v0_1_{name}.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent = podracer.load_agent(path)
+    assert agent.global_step == 64 and agent.config.hidden_sizes == (8,)
+    env = CartPoleVecEnv(4) if name == "dqn" else PendulumVecEnv(4)
+    _, history = podracer.train(agent, env, 64, seed=0, progress=False)
+    assert history["global_step"].iloc[-1] == 64 and agent.global_step == 128

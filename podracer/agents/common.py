@@ -126,21 +126,24 @@ class RunningMeanStd(nn.Module):
 
 
 # ---------------------------------------------------------------------------- configs
-def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = None) -> Any:
+def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = None,
+                warn_renamed: bool = True) -> Any:
     """Build config ``cls`` from ``base`` (or defaults) plus ``overrides``; an unknown key is an
     error that lists the valid ones, never silently ignored.
 
     A renamed field keeps its old name for one minor version: a config class lists
     ``aliases: ClassVar[dict[str, str]] = {"old": "new"}`` and an old key is mapped to the new one
-    with a ``FutureWarning`` (so YAML files and checkpoints written before the rename still load).
+    with a ``FutureWarning`` (so YAML files and checkpoints written before the rename still load;
+    a checkpoint passes ``warn_renamed=False``: it is data, not the user's code to mend).
     """
     overrides = dict(overrides or {})
     for old, new in getattr(cls, "aliases", {}).items():
         if old in overrides:
             if new in overrides:
                 raise ValueError(f"{cls.__name__}: give {new!r} only ({old!r} is its deprecated name)")
-            warnings.warn(f"{cls.__name__} field {old!r} is renamed {new!r}; the old name will be removed in "
-                          f"podracer 1.2", FutureWarning, stacklevel=3)
+            if warn_renamed:
+                warnings.warn(f"{cls.__name__} field {old!r} is renamed {new!r}; the old name will be removed in "
+                              f"podracer 1.2", FutureWarning, stacklevel=3)
             overrides[new] = overrides.pop(old)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(overrides) - names)
@@ -319,7 +322,7 @@ class AgentBase:
         from podracer.agents.registry import resolve_agent
 
         agent_cls = resolve_agent(ckpt["agent"]) if cls is AgentBase else cls
-        config = make_config(agent_cls.config_cls, ckpt["config"])
+        config = make_config(agent_cls.config_cls, ckpt["config"], warn_renamed=False)
         agent = agent_cls(space_from_dict(ckpt["observation_space"]), space_from_dict(ckpt["action_space"]),
                           config, device=device or "cpu")
         agent.load_state_dict(ckpt["state"])

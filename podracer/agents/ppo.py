@@ -476,6 +476,13 @@ class PPO(AgentBase):
         """Storage for ``num_envs`` sub-envs (allocated at the first rollout, or when N changes) and
         α for this update."""
         cfg = self.config
+        if cfg.norm_adv and cfg.minibatch_size(num_envs) < 2:
+            # One sample has no standard deviation: the standardised advantage would be NaN, and
+            # so would every weight after the first update.
+            raise ValueError(f"PPO minibatches would hold {cfg.minibatch_size(num_envs)} sample (num_steps "
+                             f"{cfg.rollout_steps(num_envs)} x num_envs {num_envs} = {cfg.batch_size(num_envs)} "
+                             f"samples in num_minibatches={cfg.num_minibatches}); use num_minibatches <= "
+                             f"{max(cfg.batch_size(num_envs) // 2, 1)}, or more num_steps or sub-envs")
         if self.buffer is None or self.buffer.num_envs != num_envs:
             self.buffer = RolloutBuffer(cfg.rollout_steps(num_envs), num_envs, self.obs_dim, self.action_shape,
                                         self.action_dtype, self.device)
