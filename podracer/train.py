@@ -46,6 +46,7 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
     every ``eval_every`` steps and at the end (deterministic policy, ``eval_env.reset(eval_seed)``).
     """
     total_steps = _check_steps(total_steps)
+    check_compatible(agent, env)
     if not isinstance(env, RecordEpisodeStatistics):
         env = RecordEpisodeStatistics(env)
     obs, _ = env.reset(seed=seed)
@@ -72,6 +73,20 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
         row["time/train_s"] = wall - eval_time
         row["charts/steps_per_second"] = steps / max(wall - eval_time, 1e-9)
         yield row
+
+
+def check_compatible(agent: Any, env: Any) -> None:
+    """A clear error when ``agent`` was built for other spaces or another device than ``env``."""
+    for what in ("observation_space", "action_space"):
+        mine, theirs = getattr(agent, what, None), getattr(env, f"single_{what}", None)
+        if mine is not None and theirs is not None and (type(mine) is not type(theirs) or mine.shape != theirs.shape
+                                                         or getattr(mine, "n", None) != getattr(theirs, "n", None)):
+            raise ValueError(f"the agent was built for {what} {mine}, but this env has single_{what} {theirs}; build the "
+                             f"agent for this env: podracer.make_agent(name, env)")
+    agent_device = getattr(agent, "device", None)
+    if agent_device is not None and torch.device(agent_device) != torch.device(env.device):
+        raise ValueError(f"the agent is on {agent_device} but the env on {env.device}; build both on one device "
+                         f"(make_agent uses env.device by default)")
 
 
 def _check_steps(total_steps: Any) -> int:

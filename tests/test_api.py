@@ -210,3 +210,13 @@ def test_checkpoints_written_by_0_1_load_quietly_and_keep_training(name):
     env = CartPoleVecEnv(4) if name == "dqn" else PendulumVecEnv(4)
     _, history = podracer.train(agent, env, 64, seed=0, progress=False)
     assert history["global_step"].iloc[-1] == 64 and agent.global_step == 128
+
+
+def test_mismatched_envs_get_a_clear_error_not_a_shape_traceback():
+    import gymnasium as gym
+
+    with pytest.raises(TypeError, match="needs a batched env.*make_env"):
+        podracer.make_agent("ppo", gym.make("Pendulum-v1"))
+    agent = podracer.make_agent("ppo", PendulumVecEnv(8), seed=0, verbose=False)
+    with pytest.raises(ValueError, match="built for observation_space .* but this env has single_observation_space"):
+        podracer.train(agent, CartPoleVecEnv(8), 128, progress=False)

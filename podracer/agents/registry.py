@@ -105,6 +105,12 @@ def make_agent(agent: str | type, env: Any, device: str | torch.device | None = 
 
     cls = resolve_agent(agent)
     name = agent_name(cls) if isinstance(agent, type) else agent_name(agent)
+    missing = [a for a in ("num_envs", "single_observation_space", "single_action_space", "device")
+               if not hasattr(env, a)]
+    if missing:
+        raise TypeError(f"make_agent needs a batched env (podracer.make_env, podracer.make_gym_env or your own "
+                        f"protocol env); got {type(env).__name__} without {missing}. For a gymnasium id use "
+                        f"podracer.make_env('Pendulum-v1', num_envs=8)")
     task = getattr(env, "task", None)
     chosen: Preset | None = None
     if preset == "auto":
