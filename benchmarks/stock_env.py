@@ -322,7 +322,7 @@ def main() -> None:
     steps[f"StockTradingVecEnv num_envs={n_big} float32"] = (torch_step(env32.step, n_big), n_big)
     for dtype in (torch.float64, torch.float32):  # the bound, for each accounting dtype
         tables = StockTradingVecEnv(close, features, num_envs=1, dtype=dtype)
-        bare = make_bare_step(tables.close, tables.obs_table, n_big)
+        bare = make_bare_step(tables.close_prices, tables.obs_table, n_big)
         steps[f"bound: bare step {n_big}x{S} {str(dtype).split('.')[-1]}"] = (torch_step(bare, n_big), n_big)
 
     for threads in args.threads:

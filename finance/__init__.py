@@ -1,21 +1,40 @@
 """Podracer finance: real prices, causal features, a batched stock-trading env, honest backtests.
 
 Data flows ``load_prices -> add_features / turbulence -> split_by_date -> StockTradingVecEnv ->
-train -> backtest``. See notebooks 03 and 04.
+train -> backtest``. See notebooks 03, 04 and 06. Importing ``finance`` registers the
+``stock_trading`` agent presets with podracer (``finance.presets``).
 """
 
-from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare,
-                              index_baseline, min_variance_weights)
+# Data: clean price panels (dates x (field, ticker)) from Yahoo, the bundled samples or a file.
 from finance.data import (FIELDS, SAMPLE_OHLCV_TICKERS, SAMPLE_TICKERS, DataError, DataUnavailableError,
                           DataWarning, load_benchmark, load_prices)
-from finance.env import StockTradingVecEnv
-from finance.market import MarketData, prepare_market, relative_features
+
+# Features: causal indicators, the turbulence index, a scaler fitted on train, date splits;
+# prepare_market does all of it in one call.
 from finance.features import (DEFAULT_INDICATORS, FeatureScaler, add_features, split_by_date, turbulence,
                               warmup_days)
+from finance.market import MarketData, prepare_market, relative_features
+
+# Env: the batched stock-trading task (task "stock_trading", with presets).
+from finance.env import StockTradingVecEnv
+from finance.presets import register_presets
+
+# Backtest: a policy through a test period beside baselines, and the metrics table.
+from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare,
+                              index_baseline, min_variance_weights)
+
+register_presets()
 
 __all__ = [
-    "DEFAULT_INDICATORS", "FIELDS", "METRICS", "SAMPLE_OHLCV_TICKERS", "SAMPLE_TICKERS", "BacktestResult",
-    "BuyAndHoldPolicy", "DataError", "DataUnavailableError", "DataWarning", "FeatureScaler", "MarketData", "StockTradingVecEnv",
-    "add_features", "backtest", "buy_and_hold", "compare", "index_baseline", "load_benchmark", "load_prices",
-    "min_variance_weights", "prepare_market", "relative_features", "split_by_date", "turbulence", "warmup_days",
+    # data
+    "FIELDS", "SAMPLE_OHLCV_TICKERS", "SAMPLE_TICKERS", "DataError", "DataUnavailableError", "DataWarning",
+    "load_benchmark", "load_prices",
+    # features
+    "DEFAULT_INDICATORS", "FeatureScaler", "MarketData", "add_features", "prepare_market", "relative_features",
+    "split_by_date", "turbulence", "warmup_days",
+    # env
+    "StockTradingVecEnv",
+    # backtest
+    "METRICS", "BacktestResult", "BuyAndHoldPolicy", "backtest", "buy_and_hold", "compare", "index_baseline",
+    "min_variance_weights",
 ]

@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finance.data import check_dates, check_number, check_prices
 from finance.env import StockTradingVecEnv
-from podracer.evaluate import as_policy
+from podracer import as_policy
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown",
            "calmar", "turnover", "costs")
@@ -168,6 +169,31 @@ class BacktestResult:
 
 
 # ---------------------------------------------------------------------------- baselines
+def _check_close(close: pd.DataFrame, what: str) -> np.ndarray:
+    """The (D, S) prices of a dates x tickers frame, after the checks the env makes too."""
+    if not isinstance(close, pd.DataFrame) or isinstance(close.columns, pd.MultiIndex):
+        got = "MultiIndex columns" if isinstance(close, pd.DataFrame) else type(close).__name__
+        raise ValueError(f"{what} must be a dates x tickers DataFrame of closes (prices['close']), got {got}")
+    check_dates(close.index, what)
+    values = close.to_numpy(dtype=np.float64, na_value=np.nan)
+    check_prices(values, close.index, list(close.columns), what)
+    return values
+
+
+def _check_weights(weights: Iterable[float] | np.ndarray, n: int) -> np.ndarray:
+    w = np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.float64)
+    if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() > 1 + 1e-9:
+        raise ValueError(f"weights must be {n} finite non-negative numbers summing to <= 1, got {w}")
+    return w
+
+
+def _check_cash_and_costs(initial_cash: float, cost_pct: float) -> tuple[float, float]:
+    initial_cash, cost_pct = check_number(initial_cash, "initial_cash"), check_number(cost_pct, "cost_pct")
+    if initial_cash <= 0 or not 0 <= cost_pct < 1:
+        raise ValueError(f"need initial_cash > 0 and cost_pct in [0, 1), got {initial_cash} and {cost_pct}")
+    return initial_cash, cost_pct
+
+
 def buy_and_hold(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, initial_cash: float = 1e6,
                  cost_pct: float = 1e-3, name: str = "buy_and_hold", bars_per_year: int = 252) -> BacktestResult:
     """Spend ``weights[s] * initial_cash`` on stock s at the first close, hold to the end.
@@ -176,10 +202,9 @@ def buy_and_hold(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, ini
     inside the budget; the rounding remainder stays cash. The same arithmetic as the env fed
     ``BuyAndHoldPolicy``, which is how ``tests/test_backtest.py`` cross-checks the env.
     """
-    w = np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.float64)
-    if w.shape != (close.shape[1],) or (w < 0).any() or w.sum() > 1 + 1e-9:
-        raise ValueError(f"weights must be {close.shape[1]} non-negative numbers summing to <= 1, got {w}")
-    p = close.to_numpy(dtype=np.float64)
+    w = _check_weights(weights, close.shape[1])
+    initial_cash, cost_pct = _check_cash_and_costs(initial_cash, cost_pct)
+    p = _check_close(close, "close")
     shares = np.floor(w * initial_cash / (p[0] * (1.0 + cost_pct)))
     spent = float(shares @ p[0])
     cash = initial_cash - spent * (1.0 + cost_pct)
@@ -201,7 +226,8 @@ def min_variance_weights(train_close: pd.DataFrame) -> np.ndarray:
     """
     from scipy.optimize import minimize
 
-    rets = train_close.pct_change().iloc[1:].to_numpy(dtype=np.float64)
+    prices = _check_close(train_close, "train_close")
+    rets = prices[1:] / prices[:-1] - 1.0
     if len(rets) < 2 * train_close.shape[1]:
         raise ValueError(f"min-variance needs at least {2 * train_close.shape[1]} training days for "
                          f"{train_close.shape[1]} stocks, got {len(rets)}; pass a longer train_close")
@@ -221,9 +247,12 @@ def index_baseline(benchmark: pd.Series, dates: pd.Index, initial_cash: float = 
     """A benchmark close series on ``dates`` (last known close on each date), rescaled to start at
     ``initial_cash``. No costs: an index is not traded."""
     b = benchmark.sort_index()
+    if b.index.has_duplicates:
+        check_dates(b.index, "benchmark")
     b = b.reindex(b.index.union(dates)).ffill().reindex(dates)
     if b.isna().any():
         raise ValueError(f"benchmark has no value on or before {dates[0]}; pass a benchmark covering the test dates")
+    check_prices(b.to_numpy(dtype=np.float64)[:, None], dates, [b.name or "benchmark"], "benchmark")
     return BacktestResult(name, (b / b.iloc[0] * initial_cash).rename(name), bars_per_year=bars_per_year)
 
 
@@ -239,9 +268,8 @@ class BuyAndHoldPolicy:
 
     def __init__(self, env: StockTradingVecEnv, weights: Iterable[float] | None = None):
         self.env = env
-        w = np.full(env.num_stocks, 1.0 / env.num_stocks) if weights is None else np.asarray(list(weights), float)
-        if w.shape != (env.num_stocks,) or (w < 0).any() or w.sum() > 1 + 1e-9:
-            raise ValueError(f"weights must be {env.num_stocks} non-negative numbers summing to <= 1, got {w}")
+        S = env.num_stocks
+        w = np.full(S, 1.0 / S) if weights is None else _check_weights(weights, S)
         self.weights = torch.as_tensor(w, dtype=env.dtype, device=env.device)  # (S,)
         self.target = torch.zeros(env.num_envs, env.num_stocks, dtype=env.dtype, device=env.device)  # (N, S)
 
@@ -255,9 +283,22 @@ class BuyAndHoldPolicy:
 
 # ---------------------------------------------------------------------------- the backtest
 def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
-    a = torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a, device=env.device)
+    """The policy's output as a float32 (1, S) tensor, or an error saying what it returned."""
+    S = env.num_stocks
+    expected = (f"actions of shape (1, {S}) in [-1, 1], a tensor or an array ((S,) = ({S},) is accepted), for obs "
+                f"of shape (1, {env.obs_dim})")
+    if a is None:
+        raise TypeError(f"the policy returned None; it must return {expected}. Is a `return` missing?")
+    if not isinstance(a, torch.Tensor):
+        try:
+            a = torch.as_tensor(np.asarray(a, dtype=np.float32), device=env.device)
+        except (TypeError, ValueError):
+            raise TypeError(f"the policy returned {type(a).__name__} {str(a)[:80]!r}, not numbers; it must return "
+                            f"{expected}") from None
     if a.dim() == 1:
         a = a.unsqueeze(0)  # a single-account callable may return (S,)
+    if tuple(a.shape) != (1, S):
+        raise ValueError(f"the policy returned actions of shape {tuple(a.shape)}; expected {expected}")
     return a.float() if a.dtype != torch.float32 else a
 
 
@@ -286,6 +327,11 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         env = env_or_close.evaluation_env()
     else:
         env = StockTradingVecEnv(env_or_close, features, turbulence, num_envs=1, **env_kwargs)
+    if baselines and train_close is not None:  # before the run, not after it
+        missing = [t for t in env.tickers if t not in getattr(train_close, "columns", ())]
+        if missing:
+            raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
+                             "closes of the same tickers (market.close['train'])")
     act: Callable[[torch.Tensor], Any] = as_policy(policy)
     if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at the copy
         act = BuyAndHoldPolicy(env, policy.weights.cpu().numpy())
@@ -316,8 +362,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         equal = np.full(S, 1.0 / S)
         result.baselines["equal_weight"] = buy_and_hold(close, equal, ic, c, "equal_weight", bars_per_year)
         if train_close is not None:
-            train_close = train_close[tickers] if isinstance(train_close, pd.DataFrame) else train_close
-            w = min_variance_weights(train_close)
+            w = min_variance_weights(train_close[tickers])
             result.baselines["min_variance"] = buy_and_hold(close, w, ic, c, "min_variance", bars_per_year)
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, dates, ic, "index", bars_per_year)

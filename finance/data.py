@@ -47,6 +47,7 @@ import datetime
 import difflib
 import hashlib
 import logging
+import numbers
 import os
 import re
 import tempfile
@@ -54,7 +55,7 @@ import warnings
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -95,6 +96,81 @@ class DataUnavailableError(DataError):
 
 class DataWarning(UserWarning):
     """Something was dropped or repaired while loading (a failed ticker, a long NaN gap)."""
+
+
+# ---------------------------------------------------------------------------- shared checks
+# One check per rule, used wherever data or a setting enters finance (load_prices, add_features,
+# turbulence, StockTradingVecEnv, the backtest baselines), so the same mistake gets the same message.
+def _show_date(stamp: Any) -> str:
+    if isinstance(stamp, pd.Timestamp) and stamp == stamp.normalize():
+        return str(stamp.date())
+    return str(stamp)
+
+
+def check_dates(index: pd.Index, what: str = "prices", note: str = "") -> None:
+    """Raise ``DataError`` unless ``index`` is strictly increasing: oldest first, no duplicates.
+
+    Row t must be the day after row t-1: on a newest-first frame a 30-day average would average
+    the 30 *future* days, and the env would trade backwards through time. The message names the
+    first offending dates and the fix (``df.sort_index()``, dropping duplicate dates), then ``note``.
+    """
+    if index.is_monotonic_increasing and index.is_unique:  # the common case: one pass, no copies
+        return
+    if index.hasnans:
+        row = int(np.flatnonzero(np.asarray(index.isna()))[0])
+        raise DataError(f"{what}: a missing date (NaT/NaN) at row {row}; drop it, e.g. "
+                        f"df = df[df.index.notna()]")
+    values = np.asarray(index)
+    row = int(np.flatnonzero(~(values[1:] > values[:-1]))[0]) + 1  # first row not after the one before
+    before, at = _show_date(index[row - 1]), _show_date(index[row])
+    if index[row] == index[row - 1]:
+        raise DataError(f"{what}: duplicate dates ({int(index.duplicated().sum())} repeated rows; the first is "
+                        f"{at}, rows {row - 1} and {row}); dates must be strictly increasing: keep one row per date, "
+                        f"e.g. df = df[~df.index.duplicated(keep='last')]{note}")
+    order = "newest first" if index.is_monotonic_decreasing else "out of order"
+    dup = "" if index.is_unique else ", then drop the duplicate dates (df[~df.index.duplicated(keep='last')])"
+    raise DataError(f"{what}: dates are {order}, {at} (row {row}) comes after {before} (row {row - 1}); dates must "
+                    f"be strictly increasing (oldest first), or rolling features average future days and the env "
+                    f"trades backwards. Sort them: df = df.sort_index(){dup}{note}")
+
+
+def check_prices(values: np.ndarray, dates: Sequence[Any], tickers: Sequence[Any], what: str = "close") -> None:
+    """Raise ``DataError`` unless every price of the (T, S) array ``values`` is finite and > 0,
+    naming the first bad (date, ticker) and what to do."""
+    bad = ~np.isfinite(values)
+    kind, fix = "NaN/inf", ("drop those dates or tickers, or forward-fill short gaps (df.ffill()); "
+                            "finance.load_prices does both")
+    if not bad.any():
+        bad, kind = values <= 0, "non-positive"
+        fix = "prices must be > 0: check the data source or leave that ticker out"
+        if not bad.any():
+            return
+    t, s = np.argwhere(bad)[0]
+    raise DataError(f"{what}: {int(bad.sum())} {kind} prices (first at {_show_date(dates[t])}, {tickers[s]}: "
+                    f"{values[t, s]}); {fix}")
+
+
+def check_int(value: Any, name: str, low: int | None = None, high: int | None = None,
+              error: type[Exception] = ValueError) -> int:
+    """``value`` as an ``int``: any integer type (``int``, ``np.int64``), not a bool or a float
+    (``2.5`` would be truncated silently), within ``[low, high]``."""
+    span = (f" >= {low}" if high is None else f" in [{low}, {high}]") if low is not None else ""
+    must = f"{name} must be{span} (an integer)" if span else f"{name} must be an integer"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise error(f"{must}, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise error(f"{must}, got {value}")
+    return value
+
+
+def check_number(value: Any, name: str, error: type[Exception] = ValueError) -> float:
+    """``value`` as a finite ``float`` (any real number type, not a bool or a string)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise error(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not np.isfinite(value):
+        raise error(f"{name} must be finite, got {value}")
+    return float(value)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -140,10 +216,8 @@ def load_prices(
     """
     names = _as_ticker_list(tickers)
     start_ts, end_ts = _check_range(start, end)
-    if int(min_days) < 1:
-        raise DataError(f"min_days must be >= 1, got {min_days}")
-    if int(ffill_limit) < 0:
-        raise DataError(f"ffill_limit must be >= 0, got {ffill_limit}")
+    min_days = check_int(min_days, "min_days", low=1, error=DataError)
+    ffill_limit = check_int(ffill_limit, "ffill_limit", low=0, error=DataError)
     wanted = _check_fields(fields)
 
     if isinstance(source, str) and source == "yfinance":
@@ -168,7 +242,7 @@ def load_prices(
         raw = raw.loc[:, raw.columns.get_level_values("ticker").isin(names)]
     raw = _select_range(raw, start_ts, end_ts, label)
     raw = _select_fields(raw, wanted, label)
-    return _clean(raw, names, min_days=int(min_days), ffill_limit=int(ffill_limit), label=label)
+    return _clean(raw, names, min_days=min_days, ffill_limit=ffill_limit, label=label)
 
 
 def load_benchmark(start: DateLike = None, end: DateLike = None, source: str | os.PathLike = "sample",
@@ -375,6 +449,9 @@ def _load_yfinance(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, i
         log.info("reading cached download %s", path)
         return _read_table(path)
     raw = _download(tickers, start, end, interval, path)
+    if raw.index.has_duplicates:  # Yahoo sometimes repeats a bar; never cache it, so a retry can fix it
+        check_dates(raw.index, f"yfinance's download of {', '.join(tickers)} ({interval})",
+                    note=". Yahoo sometimes repeats a bar: nothing was cached, so a later call downloads again")
     # A partial failure is often transient (rate limits): only complete downloads are cached, so
     # the next online call tries the failed tickers again. _clean reports the failed ones.
     if not raw["close"].isna().all().any():
@@ -531,11 +608,12 @@ def _clean(raw: pd.DataFrame, tickers: list[str], *, min_days: int, ffill_limit:
             panel[field] = panel[field].fillna(panel[key])
 
     for field in [key] + [f for f in PRICE_FIELDS if f in fields and f != key]:  # close first: the usual culprit
-        bad = panel[field].le(0)
+        bad = panel[field].le(0) | np.isinf(panel[field])  # NaN is filled or dropped above
         if bad.to_numpy().any():
             ticker = bad.any().idxmax()
             date = bad[ticker].idxmax()
-            raise DataError(f"non-positive {field} price {panel.loc[date, (field, ticker)]} for {ticker} on "
+            price = panel.loc[date, (field, ticker)]
+            raise DataError(f"{'non-positive' if price <= 0 else 'infinite'} {field} price {price} for {ticker} on "
                             f"{date.date()} in {label!r}; fix the source data or leave {ticker} out")
     if "volume" in fields and panel["volume"].lt(0).to_numpy().any():
         ticker = panel["volume"].lt(0).any().idxmax()
@@ -545,4 +623,5 @@ def _clean(raw: pd.DataFrame, tickers: list[str], *, min_days: int, ffill_limit:
         raise DataError(f"got {len(panel)} dates for {kept} from {label!r}, need at least min_days={min_days}; "
                         f"start earlier, end later, or lower min_days")
     panel.index = pd.DatetimeIndex(panel.index.to_numpy(), name="date").as_unit("ns")  # no freq: dates are irregular
+    check_dates(panel.index, f"prices from {label!r}")  # files are sorted when read; this guards every source
     return panel

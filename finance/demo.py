@@ -28,19 +28,18 @@ import torch
 import podracer
 from finance.backtest import BacktestResult, backtest, compare
 from finance.market import MarketData, prepare_market
-from podracer.tournament import Tournament
 
-# PPO for daily trading: short rollouts over many accounts, a cautious initial policy.
-STOCK_PPO = dict(num_steps=32, num_minibatches=4, update_epochs=5, learning_rate=3e-4, gamma=0.99,
-                 log_std_init=-0.5, hidden_sizes=(64, 64))
+# The agent settings are the library's "stock_trading" preset (finance/presets.py): its config,
+# its sub-env count, and its step budget as the full-size single-pod run. The demo adds only sizes.
+PRESET = podracer.get_preset("ppo", "stock_trading")
 SIZES = {  # generation_steps, generations, single-pod steps
     "smoke": dict(generation_steps=16_384, generations=3, single_steps=65_536),
-    "full": dict(generation_steps=65_536, generations=6, single_steps=393_216),
+    "full": dict(generation_steps=65_536, generations=6, single_steps=PRESET.total_steps),
 }
-TRAIN_ENVS, EPISODE_DAYS = 64, 252
+EPISODE_DAYS = 252  # one trading year per training episode
 
 
-def train_env(market: MarketData, num_envs: int = TRAIN_ENVS) -> Any:
+def train_env(market: MarketData, num_envs: int = PRESET.num_envs) -> Any:
     """Training accounts: one-year episodes from random days of the training years."""
     return market.env("train", num_envs, random_start=True, episode_length=EPISODE_DAYS, dtype=torch.float32)
 
@@ -51,10 +50,11 @@ def eval_env(market: MarketData, split: str = "valid") -> Any:
 
 
 def run_tournament(market: MarketData, store: Path, pods: int, generation_steps: int, generations: int,
-                   seed: int = 0) -> Tournament:
-    tournament = Tournament(functools.partial(train_env, market), functools.partial(eval_env, market), agent="ppo",
-                            pods=pods, generation_steps=generation_steps, generations=generations, store=store,
-                            agent_config=STOCK_PPO, seed=seed, threads_per_pod=1)
+                   seed: int = 0) -> podracer.Tournament:
+    tournament = podracer.Tournament(functools.partial(train_env, market), functools.partial(eval_env, market),
+                                     agent="ppo", pods=pods, generation_steps=generation_steps,
+                                     generations=generations, store=store, agent_config=dict(PRESET.config),
+                                     seed=seed, threads_per_pod=1)
     tournament.run(progress="auto")
     return tournament
 
@@ -62,7 +62,7 @@ def run_tournament(market: MarketData, store: Path, pods: int, generation_steps:
 def single_pod(market: MarketData, steps: int, seed: int) -> Any:
     """One PPO agent trained alone; the evaluation with the best validation score is kept."""
     env = train_env(market)
-    agent = podracer.make_agent("ppo", env, seed=seed, **STOCK_PPO)
+    agent = podracer.make_agent("ppo", env, seed=seed)  # env.task == "stock_trading": the preset above
     best_score, best_state = -float("inf"), None
     for row in podracer.iterate_training(agent, env, steps, eval_env=eval_env(market), eval_every=steps // 8,
                                          seed=seed):

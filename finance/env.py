@@ -79,14 +79,15 @@ Observations and rewards are float32.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pandas as pd
 import torch
 
-from podracer.envs.base import TensorVecEnv
+from finance.data import check_dates, check_int, check_number, check_prices
+from podracer.envs import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor
 
@@ -97,14 +98,9 @@ def _to_numpy(x: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- input checks
-def _first_bad(bad: np.ndarray, dates: pd.Index, tickers: Sequence[str]) -> str:
-    """'date, ticker' of the first True cell of a (T, S) mask, for error messages."""
-    t, s = np.argwhere(bad)[0]
-    return f"{dates[t]!s}, {tickers[s]}"
-
-
 def _close_array(close: ArrayLike) -> tuple[np.ndarray, pd.Index, list[str]]:
-    """``close`` as a (T, S) float64 array, its dates and tickers; raise on NaN or non-positive."""
+    """``close`` as a (T, S) float64 array, its dates and tickers; raise on unsorted dates, NaN,
+    inf or non-positive prices."""
     if isinstance(close, pd.DataFrame):
         if isinstance(close.columns, pd.MultiIndex):
             raise ValueError(
@@ -112,6 +108,7 @@ def _close_array(close: ArrayLike) -> tuple[np.ndarray, pd.Index, list[str]]:
                 f"{list(close.columns.names)}; pass prices['close'] from finance.data.load_prices"
             )
         dates, tickers = close.index, [str(c) for c in close.columns]
+        check_dates(dates, "close")
         values = close.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
     else:
         values = _to_numpy(close)
@@ -120,18 +117,7 @@ def _close_array(close: ArrayLike) -> tuple[np.ndarray, pd.Index, list[str]]:
         dates, tickers = pd.RangeIndex(values.shape[0], name="day"), [f"stock_{i}" for i in range(values.shape[1])]
     if values.shape[1] == 0:
         raise ValueError("close has no stock columns")
-    bad = ~np.isfinite(values)
-    if bad.any():
-        raise ValueError(
-            f"close has {int(bad.sum())} NaN/inf prices (first at {_first_bad(bad, dates, tickers)}); "
-            "drop those dates or tickers, or forward-fill gaps (close.ffill()) before building the env"
-        )
-    bad = values <= 0
-    if bad.any():
-        raise ValueError(
-            f"close has {int(bad.sum())} non-positive prices (first at {_first_bad(bad, dates, tickers)}); "
-            "prices must be > 0: check the data source or drop that ticker"
-        )
+    check_prices(values, dates, tickers, "close")
     return values, dates, tickers
 
 
@@ -146,6 +132,7 @@ def _features_array(features: ArrayLike, dates: pd.Index, tickers: list[str],
                 "features must have MultiIndex columns (feature, ticker), as finance.features.add_features "
                 f"returns, got columns {list(cols[:4])}..."
             )
+        check_dates(features.index, "features")
         if close_is_frame and not features.index.equals(dates):
             raise ValueError(
                 f"features index ({len(features.index)} rows, {features.index[0]} .. {features.index[-1]}) "
@@ -184,6 +171,7 @@ def _features_array(features: ArrayLike, dates: pd.Index, tickers: list[str],
 
 def _turbulence_array(turbulence: ArrayLike, dates: pd.Index, close_is_frame: bool) -> np.ndarray:
     if isinstance(turbulence, pd.Series):
+        check_dates(turbulence.index, "turbulence")
         if close_is_frame and not turbulence.index.equals(dates):
             raise ValueError("turbulence index differs from close index; align it with turbulence.loc[close.index]")
         values = turbulence.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
@@ -196,33 +184,52 @@ def _turbulence_array(turbulence: ArrayLike, dates: pd.Index, close_is_frame: bo
     return values
 
 
+def _check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
 # ---------------------------------------------------------------------------- the env
 class StockTradingVecEnv(TensorVecEnv):
     """``num_envs`` long-only trading accounts over one history of daily closes (see module doc).
 
     Args:
         close: daily closes, a dates x tickers DataFrame (``prices["close"]``) or a (T, S)
-            array/tensor. Must be finite and > 0.
+            array/tensor. Dates strictly increasing (oldest first); prices finite and > 0.
         features: per-stock indicators known at each close: a DataFrame with MultiIndex columns
             (feature, ticker) on the same dates, or a (T, S, F) array/tensor. Used as given.
         turbulence: a (T,) Series/array for the turbulence switch (``finance.features.turbulence``).
         num_envs: accounts stepped together.
         device: torch device of every tensor.
         initial_cash: starting cash, and the money unit of observations and rewards.
-        max_trade_shares: shares traded per stock for an action of +-1 (FinRL's ``hmax``).
+        max_trade_shares: whole shares traded per stock for an action of +-1 (FinRL's ``hmax``), >= 1.
         cost_pct: transaction cost as a fraction of traded value, on buys and sells.
         episode_length: steps per episode; None runs to the last day.
         random_start: start each episode on a uniform random day (training diversity); needs
             ``episode_length``. Off: every episode starts on the first day (evaluation).
         cash_range: (low, high) to draw each episode's starting cash uniformly; None: ``initial_cash``.
-        turbulence_threshold: liquidate and block buys on days with turbulence >= this; None: off.
+        turbulence_threshold: liquidate and block buys on days with turbulence >= this (> 0); None: off.
         reward_scale: reward = reward_scale * change in account value / initial_cash; the
             default 100 makes it the day's P&L in percent of the initial cash (about +-1).
         seed: seeds ``self.rng`` (start days and cash draws); ``reset(seed)`` reseeds it.
         price_scale: (S,) reference prices for the log-price observation; default the first close.
         dtype: accounting dtype (float64 default; see module doc).
         validate_actions: check each action batch (shape, dtype, device, finite) with a clear error.
+
+    Sizes (``num_envs``, ``max_trade_shares``, ``episode_length``, ``seed``) take any integer type
+    (``np.int64`` too), never a float or a bool; amounts must be finite. A bad value is a
+    ``ValueError`` that names it.
+
+    Data attributes (read-only by convention): ``close_prices`` (T, S) in ``dtype``,
+    ``features`` (T, S, F) float32, ``turbulence`` (T,) or None, ``obs_table`` (T, obs_dim),
+    ``dates``, ``tickers``, ``feature_names``, ``obs_names``, ``price_scale`` (S,); per account
+    ``cash`` (N,), ``holdings`` (N, S), ``value`` (N,), ``day`` (N,), ``prices`` (N, S) today's
+    close. ``close()`` is the protocol's (nothing to release); ``close_frame()`` gives the closes
+    as a DataFrame.
     """
+
+    task = "stock_trading"  # make_agent("ppo", env) picks the "stock_trading" preset (finance/presets.py)
 
     def __init__(self, close: ArrayLike, features: ArrayLike | None = None, turbulence: ArrayLike | None = None,
                  num_envs: int = 1, device: str | torch.device = "cpu", initial_cash: float = 1e6,
@@ -231,46 +238,82 @@ class StockTradingVecEnv(TensorVecEnv):
                  turbulence_threshold: float | None = None, reward_scale: float = 100.0, seed: int | None = None,
                  price_scale: ArrayLike | None = None, dtype: torch.dtype = torch.float64,
                  validate_actions: bool = True):
-        super().__init__(num_envs, device, validate_actions)
+        num_envs = check_int(num_envs, "num_envs", low=1)  # np.int64 too; the base class wants an int
+        super().__init__(num_envs, device, _check_flag(validate_actions, "validate_actions"))
         close_is_frame = isinstance(close, pd.DataFrame)
         close_np, self.dates, self.tickers = _close_array(close)
         T, S = close_np.shape
         if T < 2:
             raise ValueError(f"close has {T} day(s); an episode needs at least 2 (trade on one, mark on the next)")
-        if episode_length is not None and not (isinstance(episode_length, int) and 1 <= episode_length <= T - 1):
-            raise ValueError(
-                f"episode_length={episode_length!r} must be an int in [1, {T - 1}]: {T} days of data allow at "
-                f"most {T - 1} steps (each step trades on one day and marks on the next); pass more days or a "
-                "shorter episode_length"
-            )
+        self.num_days, self.num_stocks = T, S
+        self._set_rules(initial_cash=initial_cash, max_trade_shares=max_trade_shares, cost_pct=cost_pct,
+                        episode_length=episode_length, random_start=random_start, cash_range=cash_range,
+                        turbulence_threshold=turbulence_threshold, has_turbulence=turbulence is not None,
+                        reward_scale=reward_scale, dtype=dtype)
+        self._set_data(close_np, features, turbulence, price_scale, close_is_frame)
+
+        N, dev = self.num_envs, self.device
+        self._zero_start = torch.zeros(N, dtype=torch.long, device=dev)
+        self._cash0 = torch.full((N,), self.initial_cash, dtype=self.dtype, device=dev)
+        self._max_start = T - 1 - self._max_steps  # start days in [0, _max_start]
+        self._seed(None if seed is None else check_int(seed, "seed"))
+        self.reset()
+
+    def _set_rules(self, *, initial_cash: Any, max_trade_shares: Any, cost_pct: Any, episode_length: Any,
+                   random_start: Any, cash_range: Any, turbulence_threshold: Any, has_turbulence: bool,
+                   reward_scale: Any, dtype: torch.dtype) -> None:
+        """Check the trading rules (sizes, amounts, switches) and store them."""
+        T = self.num_days
+        if episode_length is not None:
+            try:
+                episode_length = check_int(episode_length, "episode_length", low=1, high=T - 1)
+            except ValueError as exc:
+                raise ValueError(f"{exc}: {T} days of data allow at most {T - 1} steps (each step trades on one "
+                                 "day and marks on the next); pass more days or a shorter episode_length") from None
+        random_start = _check_flag(random_start, "random_start")
         if random_start and episode_length is None:
             raise ValueError("random_start=True needs episode_length (steps per episode), e.g. episode_length=252")
-        if not initial_cash > 0:
+        initial_cash = check_number(initial_cash, "initial_cash")
+        if initial_cash <= 0:
             raise ValueError(f"initial_cash must be > 0, got {initial_cash}")
-        if cash_range is not None and not (0 < cash_range[0] <= cash_range[1]):
-            raise ValueError(f"cash_range must be (low, high) with 0 < low <= high, got {cash_range}")
+        if cash_range is not None:
+            if not isinstance(cash_range, (tuple, list, np.ndarray)) or len(cash_range) != 2:
+                raise ValueError(f"cash_range must be a (low, high) pair, got {cash_range!r}")
+            cash_range = (check_number(cash_range[0], "cash_range low"), check_number(cash_range[1], "cash_range high"))
+            if not 0 < cash_range[0] <= cash_range[1]:
+                raise ValueError(f"cash_range must be (low, high) with 0 < low <= high, got {cash_range}")
+        cost_pct = check_number(cost_pct, "cost_pct")
         if not 0 <= cost_pct < 1:
             raise ValueError(f"cost_pct must be in [0, 1), got {cost_pct}")
-        if not max_trade_shares > 0:
-            raise ValueError(f"max_trade_shares must be > 0, got {max_trade_shares}")
-        if turbulence_threshold is not None and turbulence is None:
-            raise ValueError("turbulence_threshold needs a turbulence series: pass "
-                             "turbulence=finance.features.turbulence(close)")
+        # Whole shares: an action of +-1 must be able to trade at least one (0.5 rounds every order to 0).
+        max_trade_shares = check_int(max_trade_shares, "max_trade_shares", low=1)
+        if turbulence_threshold is not None:
+            if not has_turbulence:
+                raise ValueError("turbulence_threshold needs a turbulence series: pass "
+                                 "turbulence=finance.features.turbulence(close)")
+            turbulence_threshold = check_number(turbulence_threshold, "turbulence_threshold")
+            if turbulence_threshold <= 0:  # turbulence is >= 0: the switch would fire every day
+                raise ValueError(f"turbulence_threshold must be > 0 (turbulence is >= 0, so {turbulence_threshold} "
+                                 "would liquidate every day); use None to turn the switch off")
+        reward_scale = check_number(reward_scale, "reward_scale")
+        if reward_scale <= 0:
+            raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
 
-        self.num_days, self.num_stocks = T, S
-        self.initial_cash, self.max_trade_shares, self.cost_pct = float(initial_cash), max_trade_shares, float(cost_pct)
-        self.episode_length = episode_length
-        self.random_start, self.cash_range = bool(random_start), cash_range
-        self.turbulence_threshold, self.reward_scale, self.dtype = turbulence_threshold, float(reward_scale), dtype
+        self.initial_cash, self.max_trade_shares, self.cost_pct = initial_cash, max_trade_shares, cost_pct
+        self.episode_length, self.random_start, self.cash_range = episode_length, random_start, cash_range
+        self.turbulence_threshold, self.reward_scale, self.dtype = turbulence_threshold, reward_scale, dtype
         self._max_steps = episode_length if episode_length is not None else T - 1
         # Float rounding in the cash-limited buy scaling must never overdraw: shrink by 64 ulps.
         self._buy_margin = 1.0 - 64 * torch.finfo(dtype).eps
         self._tiny = torch.finfo(dtype).tiny
 
-        dev = self.device
-        self.close = torch.as_tensor(close_np, dtype=dtype, device=dev)  # (T, S)
+    def _set_data(self, close_np: np.ndarray, features: ArrayLike | None, turbulence: ArrayLike | None,
+                  price_scale: ArrayLike | None, close_is_frame: bool) -> None:
+        """The per-day tensors, the observation table and names, and the spaces."""
+        T, S, dev = self.num_days, self.num_stocks, self.device
+        self.close_prices = torch.as_tensor(close_np, dtype=self.dtype, device=dev)  # (T, S)
         if features is not None:
             feat_np, self.feature_names = _features_array(features, self.dates, self.tickers, close_is_frame)
         else:
@@ -279,13 +322,15 @@ class StockTradingVecEnv(TensorVecEnv):
         self.turbulence = None  # (T,) or None
         if turbulence is not None:
             turb_np = _turbulence_array(turbulence, self.dates, close_is_frame)
-            self.turbulence = torch.as_tensor(turb_np, dtype=dtype, device=dev)
+            self.turbulence = torch.as_tensor(turb_np, dtype=self.dtype, device=dev)
         if price_scale is None:
             scale_np = close_np[0]
         else:
             scale_np = _to_numpy(price_scale)
             if scale_np.shape != (S,) or not (np.isfinite(scale_np).all() and (scale_np > 0).all()):
-                raise ValueError(f"price_scale must be {S} finite positive prices, got shape {scale_np.shape}")
+                got = scale_np if scale_np.size <= 8 else f"shape {scale_np.shape}"
+                raise ValueError(f"price_scale must be {S} finite prices > 0 (one per stock; default: the first "
+                                 f"close), got {got}")
         self.price_scale = torch.as_tensor(scale_np, dtype=torch.float64, device=dev)  # (S,)
         # Every observation is one row gather from this per-day table, whose first 1+S columns
         # (cash, position values) are placeholders the step overwrites: one pass over the obs.
@@ -300,13 +345,6 @@ class StockTradingVecEnv(TensorVecEnv):
         obs_dim = len(self.obs_names)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, shape=(S,), dtype=np.float32)
-
-        N = num_envs
-        self._zero_start = torch.zeros(N, dtype=torch.long, device=dev)
-        self._cash0 = torch.full((N,), self.initial_cash, dtype=dtype, device=dev)
-        self._max_start = T - 1 - self._max_steps  # start days in [0, _max_start]
-        self._seed(seed)
-        self.reset()
 
     # -- episode starts
     def _draw_starts(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,7 +371,7 @@ class StockTradingVecEnv(TensorVecEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Start a new episode in every account. Returns obs (N, obs_dim) and info with
         ``account_value``, ``cash`` (N,), ``holdings`` (N, S) and ``day`` (N,) row indices."""
-        self._seed(seed)
+        self._seed(None if seed is None else check_int(seed, "seed"))
         start, cash = self._draw_starts()
         self.day = start.clone()  # (N,) row of the data each account is on
         self.elapsed = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)  # (N,) steps this episode
@@ -341,7 +379,7 @@ class StockTradingVecEnv(TensorVecEnv):
         self.holdings = torch.zeros(self.num_envs, self.num_stocks, dtype=self.dtype, device=self.device)  # (N, S)
         self.value = cash.clone()  # (N,) account value at the current day's close
         self.total_costs = torch.zeros(self.num_envs, dtype=self.dtype, device=self.device)  # (N,) this episode
-        self.price = self.close.index_select(0, self.day)  # (N, S) close of each account's current day
+        self.price = self.close_prices.index_select(0, self.day)  # (N, S) close of each account's current day
         obs = self._observe(self.cash, self.holdings, self.day)  # holdings are 0: position values 0
         return obs, {"account_value": self.value.clone(), "cash": self.cash.clone(),
                      "holdings": self.holdings.clone(), "day": self.day.clone()}
@@ -381,7 +419,7 @@ class StockTradingVecEnv(TensorVecEnv):
         costs = traded_value * c
 
         day = self.day + 1
-        next_price = self.close.index_select(0, day)  # (N, S) the mark: the only use of day t+1's data
+        next_price = self.close_prices.index_select(0, day)  # (N, S) the mark: the only use of day t+1's data
         position_value = holdings * next_price
         value = cash + position_value.sum(1)
         rewards = ((value - self.value) * (self.reward_scale / self.initial_cash)).float()
@@ -404,7 +442,7 @@ class StockTradingVecEnv(TensorVecEnv):
         if bool(done.any()):
             start, cash0 = self._draw_starts()
             self.day = torch.where(done, start, day)
-            self.price = self.close.index_select(0, self.day)
+            self.price = self.close_prices.index_select(0, self.day)
             self.elapsed = elapsed.masked_fill(done, 0)
             self.cash = torch.where(done, cash0, cash)
             self.holdings = holdings.masked_fill(done[:, None], 0.0)
@@ -438,7 +476,7 @@ class StockTradingVecEnv(TensorVecEnv):
 
     def close_frame(self) -> pd.DataFrame:
         """The closes as a dates x tickers DataFrame."""
-        return pd.DataFrame(self.close.cpu().numpy(), index=self.dates, columns=self.tickers)
+        return pd.DataFrame(self.close_prices.cpu().numpy(), index=self.dates, columns=self.tickers)
 
     def __repr__(self) -> str:
         return (f"StockTradingVecEnv(num_envs={self.num_envs}, days={self.num_days}, stocks={self.num_stocks}, "

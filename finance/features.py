@@ -44,6 +44,8 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 import pandas as pd
 
+from finance.data import check_dates, check_int, check_prices
+
 DEFAULT_INDICATORS: tuple[str, ...] = ("macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma",
                                        "close_60_sma")
 
@@ -125,7 +127,7 @@ def _rolling_mad(x: pd.DataFrame, n: int) -> pd.DataFrame:
         windows = np.lib.stride_tricks.sliding_window_view(values, n, axis=0)  # (T-n+1, N, n)
         block = max(1, _MEMORY_BUDGET // (values.shape[1] * n))
         for s in range(0, len(windows), block):
-            w = windows[s:s + block]
+            w = np.ascontiguousarray(windows[s:s + block])  # see turbulence: reduce contiguous rows only
             out[n - 1 + s:n - 1 + s + len(w)] = np.abs(w - w.mean(axis=-1, keepdims=True)).mean(axis=-1)
     return pd.DataFrame(out, index=x.index, columns=x.columns)
 
@@ -188,8 +190,10 @@ def add_features(prices: pd.DataFrame, indicators: Sequence[str] = DEFAULT_INDIC
 def _ohlc(prices: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(close, high, low) as dates x tickers float frames; high = low = close when absent."""
     if not isinstance(prices, pd.DataFrame) or not isinstance(prices.index, pd.DatetimeIndex):
+        got = (f"a DataFrame indexed by {type(prices.index).__name__}" if isinstance(prices, pd.DataFrame)
+               else type(prices).__name__)
         raise ValueError("expected a DataFrame indexed by dates (load_prices output or dates x tickers closes), "
-                         f"got {type(prices).__name__}")
+                         f"got {got}")
     if isinstance(prices.columns, pd.MultiIndex):
         fields = prices.columns.get_level_values(0)
         if "close" not in fields:
@@ -199,11 +203,13 @@ def _ohlc(prices: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
         low = prices["low"].astype("float64") if "low" in fields else close
     else:
         close = high = low = prices.astype("float64")
+    check_dates(prices.index, "prices")
     for name, frame in (("close", close), ("high", high), ("low", low)):
         if frame.isna().to_numpy().any():
             ticker = frame.columns[frame.isna().any().to_numpy()][0]
             raise ValueError(f"NaN in {name} prices of {ticker}; load with load_prices (it fills short gaps and "
                              f"drops tickers with long ones) or fill them first")
+        check_prices(frame.to_numpy(), frame.index, frame.columns, f"{name} prices")
     return close, high, low
 
 
@@ -227,11 +233,15 @@ def turbulence(close: pd.DataFrame, window: int = 252) -> pd.Series:
     """
     if isinstance(close, pd.DataFrame) and isinstance(close.columns, pd.MultiIndex):
         raise ValueError("turbulence expects closes (dates x tickers); pass prices['close']")
-    if window < 2:
-        raise ValueError(f"window must be >= 2 days to estimate a covariance, got {window}")
+    window = check_int(window, "window", low=2)  # 2 days at least to estimate a covariance
     values = np.asarray(close, dtype=np.float64)
-    if values.ndim != 2 or np.isnan(values).any():
-        raise ValueError("turbulence expects a dates x tickers frame of closes without NaN; use load_prices")
+    if values.ndim != 2:
+        raise ValueError(f"turbulence expects a dates x tickers frame of closes, got shape {values.shape}; pass "
+                         f"prices['close']")
+    dates = close.index if isinstance(close, pd.DataFrame) else pd.RangeIndex(len(values), name="row")
+    tickers = list(close.columns) if isinstance(close, pd.DataFrame) else list(range(values.shape[1]))
+    check_dates(dates, "turbulence's closes")
+    check_prices(values, dates, tickers, "turbulence's closes")  # a 0 or inf price: inf returns, no covariance
     returns = values[1:] / values[:-1] - 1.0  # returns[i] is the return of day i+1,  (T-1, N)
     out = np.zeros(len(values))
     n_days = len(returns) - window  # days t = window+1 .. T-1 have a full history
@@ -239,8 +249,13 @@ def turbulence(close: pd.DataFrame, window: int = 252) -> pd.Series:
         histories = np.lib.stride_tricks.sliding_window_view(returns, window, axis=0)  # (T-window, N, window)
         block = max(1, _MEMORY_BUDGET // (returns.shape[1] * window))
         for s in range(0, n_days, block):
-            hist = histories[s:min(s + block, n_days)]  # row k: returns of days k+1 .. k+window,
-            b = len(hist)  # the history of day t = k + window + 1
+            # Row k: returns of days k+1 .. k+window, the history of day t = k + window + 1. A
+            # contiguous copy: numpy's mean over the window axis of the overlapping strided view
+            # is not computed row by row (on the sample, changing prices after day 300 moved the
+            # mean of an earlier row by an ulp), which broke exact causality; tests/test_features.py
+            # checks it bit for bit.
+            hist = np.ascontiguousarray(histories[s:min(s + block, n_days)])  # (B, N, window)
+            b = len(hist)
             mean = hist.mean(axis=-1)  # (B, N)
             centred = hist - mean[..., None]
             cov = centred @ centred.transpose(0, 2, 1) / (window - 1)  # (B, N, N)

@@ -69,7 +69,7 @@ def relative_features(features: pd.DataFrame, close: pd.DataFrame) -> pd.DataFra
     return out
 
 
-def prepare_market(tickers: Sequence[str] = SAMPLE_TICKERS, source: str = "sample",
+def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source: str = "sample",
                    train: DateRange = ("2005-01-01", "2016-12-31"),
                    valid: DateRange = ("2017-01-01", "2018-12-31"),
                    test: DateRange = ("2019-01-01", "2022-12-31"),
@@ -77,11 +77,16 @@ def prepare_market(tickers: Sequence[str] = SAMPLE_TICKERS, source: str = "sampl
                    turbulence_window: int = 252, relative: bool = True, **load_kwargs: Any) -> MarketData:
     """Load, featurise, scale (on train only) and split one market.
 
-    ``history_start`` loads earlier days so indicators and the turbulence window are warm on
-    the first training day; those days are used for nothing else.
+    ``tickers`` is one ticker, a list, or None for every ticker of the source, as in
+    ``load_prices``. ``history_start`` loads earlier days so indicators and the turbulence
+    window are warm on the first training day; those days are used for nothing else.
     """
+    if train is None:
+        raise ValueError("prepare_market needs train=(start, end): the feature scaler and the price scale are "
+                         "fitted on the training dates")
     end = next(span[1] for span in (test, valid, train) if span is not None)
-    prices = load_prices(list(tickers), start=history_start, end=end, source=source, **load_kwargs)
+    # Passed on as given: load_prices reads a string as one ticker (list("AAPL") would be 4 tickers).
+    prices = load_prices(tickers, start=history_start, end=end, source=source, **load_kwargs)
     close = prices["close"]
     feats = add_features(prices, indicators)
     if relative:
@@ -92,7 +97,7 @@ def prepare_market(tickers: Sequence[str] = SAMPLE_TICKERS, source: str = "sampl
     scaler = FeatureScaler().fit(splits["train"]["features"])
     benchmark: dict[str, pd.Series] = {}
     if source in ("sample", "yfinance"):
-        index = load_benchmark(history_start, end, source=source)
+        index = load_benchmark(history_start, end, source=source, cache_dir=load_kwargs.get("cache_dir"))
         benchmark = {name: index.reindex(part["close"].index).ffill() for name, part in splits.items()}
     return MarketData(
         close={name: part["close"] for name, part in splits.items()},

@@ -220,3 +220,16 @@ def test_mismatched_envs_get_a_clear_error_not_a_shape_traceback():
     agent = podracer.make_agent("ppo", PendulumVecEnv(8), seed=0, verbose=False)
     with pytest.raises(ValueError, match="built for observation_space .* but this env has single_observation_space"):
         podracer.train(agent, CartPoleVecEnv(8), 128, progress=False)
+
+
+def test_numpy_integers_are_sizes_and_seeds_while_floats_and_bools_are_refused():
+    import numpy as np
+
+    env = podracer.make_env("pendulum", np.int64(4))
+    assert env.num_envs == 4 and type(env.num_envs) is int
+    env.reset(seed=np.int64(3))
+    for bad in (2.5, True, 0):
+        with pytest.raises(ValueError, match="num_envs must be a positive whole number"):
+            podracer.make_env("pendulum", bad)
+    with pytest.raises(ValueError, match="seed must be a whole number"):
+        env.reset(seed=2.5)

@@ -171,3 +171,38 @@ def test_widget_view_builds():
     res = backtest(lambda obs: torch.full((1, 3), 0.1), close, name="a")
     view = backtest_view(res, backtest(lambda obs: torch.zeros(1, 3), close, name="b"))
     assert [o for o in view.children[0].children[0].options] == ["a", "b"]
+
+
+# ---------------------------------------------------------------------------- bad inputs
+def test_policy_output_errors_say_what_was_returned_and_expected():
+    close = synthetic_close(T=20, S=4)
+    with pytest.raises(TypeError, match=r"the policy returned None; it must return actions of shape \(1, 4\).*"
+                                        r"obs of shape \(1, 9\)\. Is a `return` missing\?"):
+        backtest(lambda obs: None, close)
+    with pytest.raises(TypeError, match=r"the policy returned str 'buy', not numbers"):
+        backtest(lambda obs: "buy", close)
+    with pytest.raises(ValueError, match=r"the policy returned actions of shape \(2, 4\); expected actions of shape "
+                                         r"\(1, 4\)"):
+        backtest(lambda obs: torch.zeros(2, 4), close)
+    with pytest.raises(ValueError, match=r"shape \(1, 3\)"):
+        backtest(lambda obs: np.zeros(3), close)
+
+
+def test_baseline_inputs_are_checked():
+    close = synthetic_close(T=30, S=3)
+    with pytest.raises(ValueError, match=r"close: dates are newest first.*sort_index"):
+        buy_and_hold(close.iloc[::-1], np.full(3, 1 / 3))
+    with pytest.raises(ValueError, match=r"close: dates are newest first"):
+        backtest(lambda obs: torch.zeros(1, 3), close.iloc[::-1])
+    zero = close.copy()
+    zero.iloc[0, 1] = 0.0
+    with pytest.raises(ValueError, match=r"close: 1 non-positive prices \(first at 2018-01-02, S1: 0.0\)"):
+        buy_and_hold(zero, np.full(3, 1 / 3))
+    with pytest.raises(ValueError, match=r"train_close: 1 non-positive prices"):
+        min_variance_weights(zero)
+    with pytest.raises(ValueError, match="weights must be 3 finite non-negative numbers"):
+        buy_and_hold(close, [0.5, np.nan, 0.1])
+    with pytest.raises(ValueError, match="weights must be 3 finite non-negative numbers"):
+        BuyAndHoldPolicy(StockTradingVecEnv(close), [0.5, np.nan, 0.1])
+    with pytest.raises(ValueError, match=r"train_close lacks tickers \['S2'\]"):
+        backtest(lambda obs: torch.zeros(1, 3), close, train_close=close.drop(columns="S2"))

@@ -87,7 +87,10 @@ def test_benchmark_from_a_file(tmp_path):
     (dict(start="2010-01-01", end="2010-01-31", min_days=60), r"got 19 dates .* need at least min_days=60; start "
                                                                r"earlier"),
     (dict(min_days=0), r"min_days must be >= 1"),
+    (dict(min_days=2.5), r"min_days must be >= 1 \(an integer\), got 2.5 \(float\)"),  # was truncated to 2
+    (dict(min_days=True), r"min_days must be >= 1 \(an integer\), got True \(bool\)"),
     (dict(ffill_limit=-1), r"ffill_limit must be >= 0"),
+    (dict(ffill_limit=1.5), r"ffill_limit must be >= 0 \(an integer\), got 1.5"),
     (dict(fields=["close", "adj_close"]), r"unknown fields \['adj_close'\]"),
     (dict(fields=["open", "close"]), r"source 'sample' has no \['open'\] .* Use source='sample_ohlcv' or 'yfinance'"),
     (dict(fields=["volume"]), r"has no price; add 'close'"),
@@ -164,6 +167,25 @@ def test_non_positive_prices_raise(tmp_path):
     path, _ = _long_file(tmp_path, {"AAA": [1, 2, 0, 4], "BBB": [1, 2, 3, 4]})
     with pytest.raises(DataError, match="non-positive close price 0.0 for AAA on 2021-01-06 .* leave AAA out"):
         load_prices(None, source=path)
+    path, _ = _long_file(tmp_path, {"AAA": [1, 2, np.inf, 4], "BBB": [1, 2, 3, 4]}, name="inf.csv")
+    with pytest.raises(DataError, match="infinite close price inf for AAA on 2021-01-06 .* leave AAA out"):
+        load_prices(None, source=path)
+
+
+def test_integer_sizes_of_any_integer_type():
+    prices = load_prices("KO", "2010-01-01", "2010-03-31", source="sample", min_days=np.int64(20),
+                         ffill_limit=np.int32(3))
+    assert len(prices) >= 20
+
+
+def test_file_dates_are_sorted_and_checked(tmp_path):
+    """A file may list dates in any order (they are labels, read and sorted); the panel returned
+    always has strictly increasing dates."""
+    path = tmp_path / "newest_first.csv"
+    pd.DataFrame({"date": pd.bdate_range("2021-01-04", periods=4)[::-1], "X": [4.0, 3, 2, 1]}).to_csv(path, index=False)
+    prices = load_prices(None, source=path)
+    _check_panel(prices, ["close"], ["X"])
+    assert prices["close"]["X"].tolist() == [1.0, 2, 3, 4]
 
 
 def test_wide_file_and_file_errors(tmp_path):
@@ -263,6 +285,16 @@ def test_partial_failure_warns_by_name_and_is_not_cached(monkeypatch, tmp_path):
     monkeypatch.setattr(yfinance, "download", lambda *a, **k: _yahoo_frame(["NOPE"], dates, missing={"NOPE"}))
     with pytest.raises(DataUnavailableError, match="NOPE"):
         load_prices(["NOPE"], "2020-01-01", "2020-01-31", source="yfinance", cache_dir=tmp_path)
+
+
+def test_repeated_bars_from_yfinance_raise_and_are_not_cached(monkeypatch, tmp_path):
+    dates = pd.bdate_range("2020-01-02", "2020-01-10")
+    repeated = dates.insert(3, dates[2])  # Yahoo sometimes sends a bar twice
+    monkeypatch.setattr(yfinance, "download", lambda *a, **k: _yahoo_frame(["AAPL"], repeated))
+    with pytest.raises(DataError, match=r"yfinance's download of AAPL \(1d\): duplicate dates \(1 repeated rows; the "
+                                        r"first is 2020-01-06, rows 2 and 3\).*nothing was cached"):
+        load_prices("AAPL", "2020-01-01", "2020-01-10", source="yfinance", cache_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
 
 
 def test_intraday_interval_passes_through_and_index_is_tz_naive(monkeypatch, tmp_path):

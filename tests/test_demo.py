@@ -15,3 +15,15 @@ def test_demo_writes_report_with_agents_and_baselines(tmp_path):
     board = pd.read_csv(tmp_path / "leaderboard.csv")
     assert len(board) == 2 * demo.SIZES["smoke"]["generations"]
     assert board["score"].notna().all()
+
+
+def test_demo_takes_its_agent_settings_from_the_library_preset():
+    import inspect
+
+    import podracer
+
+    preset = podracer.get_preset("ppo", "stock_trading")  # registered by `import finance`
+    assert demo.PRESET == preset
+    assert demo.SIZES["full"]["single_steps"] == preset.total_steps
+    assert inspect.signature(demo.train_env).parameters["num_envs"].default == preset.num_envs
+    assert not hasattr(demo, "STOCK_PPO")  # no settings of its own beyond the demo's sizes

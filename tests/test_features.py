@@ -124,7 +124,7 @@ def test_turbulence_errors(closes):
         turbulence(closes)
     gappy = closes["close"].copy()
     gappy.iloc[3, 0] = np.nan
-    with pytest.raises(ValueError, match="without NaN"):
+    with pytest.raises(ValueError, match=r"1 NaN/inf prices \(first at 1998-01-07, AAPL: nan\).*ffill"):
         turbulence(gappy)
 
 
@@ -197,3 +197,44 @@ def test_split_errors(closes):
     with pytest.raises(ValueError, match="DatetimeIndex"):
         split_by_date(closes.reset_index(drop=True), train=("1998-01-01", "1999-12-31"))
 
+
+
+# ---------------------------------------------------------------------------- input order and values
+def test_newest_first_or_repeated_dates_are_refused(ohlcv, closes):
+    """A newest-first frame would make every rolling window average the future (and the causality
+    test above pass on the reversed time axis): refused, naming the dates and the fix."""
+    for prices in (ohlcv, closes, closes["close"]):
+        with pytest.raises(ValueError, match=r"prices: dates are newest first, .* \(row 1\) comes after .* \(row 0\).*"
+                                             r"df = df.sort_index\(\)"):
+            add_features(prices.iloc[::-1])
+    with pytest.raises(ValueError, match=r"turbulence's closes: dates are newest first, 2000-12-28 \(row 1\) comes "
+                                         r"after 2000-12-29"):
+        turbulence(closes["close"].iloc[::-1])
+    repeated = pd.concat([closes.iloc[:5], closes.iloc[4:]])
+    with pytest.raises(ValueError, match=r"prices: duplicate dates \(1 repeated rows; the first is 1998-01-08, rows 4 "
+                                         r"and 5\).*keep one row per date"):
+        add_features(repeated)
+    with pytest.raises(ValueError, match="turbulence's closes: duplicate dates"):
+        turbulence(repeated["close"])
+    shuffled = closes.iloc[[0, 2, 1] + list(range(3, len(closes)))]
+    with pytest.raises(ValueError, match="dates are out of order, 1998-01-05 \\(row 2\\) comes after 1998-01-06"):
+        add_features(shuffled)
+
+
+@pytest.mark.parametrize("bad", [0.0, -3.0, np.inf])
+def test_zero_negative_or_infinite_prices_are_refused(closes, bad):
+    close = closes["close"].copy()
+    close.iloc[300, 2] = bad  # a 0 made turbulence fail deep inside numpy (LinAlgError: SVD did not converge)
+    kind = "NaN/inf" if np.isinf(bad) else "non-positive"
+    with pytest.raises(ValueError, match=rf"turbulence's closes: 1 {kind} prices \(first at 1999-03-15, KO: {bad}\)"):
+        turbulence(close)
+    with pytest.raises(ValueError, match=rf"close prices: 1 {kind} prices \(first at 1999-03-15, KO"):
+        add_features(close)
+
+
+def test_turbulence_window_is_an_integer(closes):
+    close = closes["close"].iloc[:80]
+    pd.testing.assert_series_equal(turbulence(close, np.int64(20)), turbulence(close, 20))
+    for window in (20.5, True):
+        with pytest.raises(ValueError, match=r"window must be >= 2 \(an integer\)"):
+            turbulence(close, window)

@@ -50,3 +50,14 @@ def test_relative_features_are_ratios_to_close():
     np.testing.assert_allclose(rel["close_30_sma"].to_numpy(), (raw["close_30_sma"] / prices["close"] - 1).to_numpy())
     np.testing.assert_allclose(rel["macd"].to_numpy(), (raw["macd"] / prices["close"]).to_numpy())
     pd.testing.assert_frame_equal(rel["rsi_30"], raw["rsi_30"])
+
+
+def test_one_ticker_as_a_string():
+    market = prepare_market("AAPL", **SPANS)  # was split into the letters A, A, P, L
+    assert market.tickers == ["AAPL"]
+    assert market.env("test").num_stocks == 1
+
+
+def test_train_split_is_required():
+    with pytest.raises(ValueError, match="needs train=\\(start, end\\)"):
+        prepare_market(TICKERS, train=None, valid=SPANS["valid"], test=SPANS["test"])

@@ -262,13 +262,13 @@ def test_bad_data_gives_clear_errors():
     close, features, turb = synthetic_market(T=20, S=3)
     nan_close = close.copy()
     nan_close.iloc[5, 1] = np.nan
-    with pytest.raises(ValueError, match=r"NaN/inf prices \(first at 2015-01-09 00:00:00, T1\).*ffill"):
+    with pytest.raises(ValueError, match=r"NaN/inf prices \(first at 2015-01-09, T1: nan\).*ffill"):
         StockTradingVecEnv(nan_close)
     neg_close = close.copy()
     neg_close.iloc[3, 2] = 0.0
     with pytest.raises(ValueError, match="non-positive prices"):
         StockTradingVecEnv(neg_close)
-    with pytest.raises(ValueError, match=r"episode_length=20 must be an int in \[1, 19\]"):
+    with pytest.raises(ValueError, match=r"episode_length must be in \[1, 19\] \(an integer\), got 20: 20 days"):
         StockTradingVecEnv(close, episode_length=20)
     with pytest.raises(ValueError, match="at least 2"):
         StockTradingVecEnv(close.iloc[:1])
@@ -292,3 +292,85 @@ def test_bad_data_gives_clear_errors():
         StockTradingVecEnv(close, turbulence=turb.where(turb.index > turb.index[2]))
     with pytest.raises(ValueError, match=r"shape \(days, stocks, features\)"):
         StockTradingVecEnv(close.to_numpy(), np.zeros((20, 2, 1)))
+
+
+# ---------------------------------------------------------------------------- API 1.0 (issue 9)
+def test_close_is_the_protocol_method_and_prices_are_close_prices():
+    close, features, _ = synthetic_market(T=20, S=3)
+    env = StockTradingVecEnv(close, features, num_envs=2)
+    assert env.close() is None  # was a TypeError: the price tensor shadowed the method
+    assert torch.equal(env.close_prices, torch.tensor(close.to_numpy(), dtype=torch.float64))
+    pd.testing.assert_frame_equal(env.close_frame(), close, check_names=False, check_freq=False)
+
+
+def test_task_picks_the_library_preset():
+    import podracer
+
+    import finance  # noqa: F401  (registers the stock_trading presets)
+
+    close, features, _ = synthetic_market(T=20, S=3)
+    env = StockTradingVecEnv(close, features, num_envs=4)
+    assert StockTradingVecEnv.task == env.task == "stock_trading"
+    preset = podracer.get_preset("ppo", "stock_trading")
+    agent = podracer.make_agent("ppo", env, seed=0, verbose=False)
+    assert agent.preset == preset
+    assert all(getattr(agent.config, k) == v for k, v in preset.config.items())
+
+
+def test_dates_must_be_strictly_increasing():
+    close, features, turb = synthetic_market(T=20, S=3)
+    with pytest.raises(ValueError, match=r"close: dates are newest first, 2015-01-28 \(row 1\) comes after "
+                                         r"2015-01-29 \(row 0\).*df.sort_index\(\)"):
+        StockTradingVecEnv(close.iloc[::-1])
+    swapped = close.iloc[[0, 1, 3, 2] + list(range(4, 20))]
+    with pytest.raises(ValueError, match=r"close: dates are out of order, 2015-01-06 \(row 3\) comes after 2015-01-07"):
+        StockTradingVecEnv(swapped)
+    repeated = close.iloc[[0, 1, 2, 2] + list(range(3, 20))]
+    with pytest.raises(ValueError, match=r"close: duplicate dates \(1 repeated rows; the first is 2015-01-06, rows 2 "
+                                         r"and 3\).*duplicated"):
+        StockTradingVecEnv(repeated)
+    # With array closes the frames' own dates are checked.
+    with pytest.raises(ValueError, match="features: dates are newest first"):
+        StockTradingVecEnv(close.to_numpy(), features.iloc[::-1])
+    with pytest.raises(ValueError, match="turbulence: dates are newest first"):
+        StockTradingVecEnv(close.to_numpy(), turbulence=turb.iloc[::-1])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_trade_shares=float("inf")), r"max_trade_shares must be >= 1 \(an integer\), got inf \(float\)"),
+    (dict(max_trade_shares=0.5), r"max_trade_shares must be >= 1 \(an integer\), got 0.5"),
+    (dict(max_trade_shares=0), r"max_trade_shares must be >= 1 \(an integer\), got 0"),
+    (dict(max_trade_shares=True), r"max_trade_shares must be >= 1 \(an integer\), got True \(bool\)"),
+    (dict(num_envs=2.5), r"num_envs must be >= 1 \(an integer\), got 2.5"),
+    (dict(num_envs=np.bool_(True)), r"num_envs must be >= 1 \(an integer\)"),
+    (dict(episode_length=2.5), r"episode_length must be in \[1, 19\] \(an integer\), got 2.5"),
+    (dict(episode_length=True), r"episode_length must be in \[1, 19\] \(an integer\), got True"),
+    (dict(seed=1.5), r"seed must be an integer, got 1.5"),
+    (dict(random_start="yes", episode_length=5), r"random_start must be True or False, got 'yes'"),
+    (dict(turbulence_threshold=float("nan")), r"turbulence_threshold must be finite, got nan"),
+    (dict(turbulence_threshold=0.0), r"turbulence_threshold must be > 0 .* use None to turn the switch off"),
+    (dict(initial_cash=float("inf")), r"initial_cash must be finite"),
+    (dict(initial_cash="1e6"), r"initial_cash must be a number, got '1e6' \(str\)"),
+    (dict(cash_range=(1e4, float("inf"))), r"cash_range high must be finite"),
+    (dict(cash_range=1e4), r"cash_range must be a \(low, high\) pair"),
+    (dict(cost_pct=float("nan")), r"cost_pct must be finite"),
+    (dict(reward_scale=float("nan")), r"reward_scale must be finite"),
+    (dict(reward_scale=0), r"reward_scale must be > 0"),
+    (dict(validate_actions=None), r"validate_actions must be True or False"),
+])
+def test_settings_must_be_finite_and_in_range(kwargs, match):
+    close, features, turb = synthetic_market(T=20, S=3)
+    with pytest.raises(ValueError, match=match):
+        StockTradingVecEnv(close, features, turb, **kwargs)
+
+
+def test_numpy_integer_sizes_are_accepted():
+    close, features, turb = synthetic_market(T=20, S=3)
+    env = StockTradingVecEnv(close, features, turb, num_envs=np.int64(4), episode_length=np.int32(5),
+                             max_trade_shares=np.int64(10), seed=np.int64(3), random_start=np.bool_(True),
+                             turbulence_threshold=np.float32(40.0))
+    assert type(env.num_envs) is int and type(env.max_trade_shares) is int and type(env.episode_length) is int
+    env.reset(seed=np.int64(1))
+    _, rewards, *_ = env.step(torch.full((4, 3), 0.5))
+    assert bool(torch.isfinite(rewards).all())
+    assert env.evaluation_env(num_envs=np.int64(2)).num_envs == 2

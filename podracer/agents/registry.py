@@ -136,7 +136,8 @@ def make_agent(agent: str | type, env: Any, device: str | torch.device | None = 
 
 def _announce(agent: str, task: str, preset: Preset, num_envs: int, overrides: dict[str, Any]) -> None:
     _ensure_log_handler()
-    extra = f", with your overrides {sorted(overrides)}" if overrides else ""
+    changed = sorted(k for k, v in overrides.items() if preset.config.get(k, object()) != v)
+    extra = f", with your overrides {changed}" if changed else ""
     envs = "" if num_envs == preset.num_envs else f" (tuned with num_envs={preset.num_envs}; this env has {num_envs})"
     log.info(f"podracer: {agent} uses preset {task!r}{extra}{envs}; budget {preset.total_steps:,} env steps. "
              f"preset=None for plain defaults")

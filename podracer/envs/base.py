@@ -25,6 +25,7 @@ Actions are checked once per step: shape, dtype, device and finiteness. A bad ac
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -106,9 +107,9 @@ class TensorVecEnv:
     single_action_space: gym.Space
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", validate_actions: bool = True):
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        self.num_envs = num_envs
+        if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive whole number, got {num_envs!r}")
+        self.num_envs = int(num_envs)  # numpy integers are fine
         self.device = resolve_device(device)
         self.validate_actions = validate_actions
         self.rng = torch.Generator(device=self.device)
@@ -116,6 +117,8 @@ class TensorVecEnv:
 
     def _seed(self, seed: int | None) -> None:
         if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+                raise ValueError(f"seed must be a whole number or None, got {seed!r}")
             self.rng.manual_seed(int(seed))
 
     def _uniform(self, low: float, high: float, shape: tuple[int, ...]) -> torch.Tensor:
