@@ -1,5 +1,6 @@
-"""The leaderboard store: ranking and lineage, atomic checkpoints, checksums, tickets, and many
-processes writing at once. Also selection and PBT mutation, which read the board."""
+"""The leaderboard store: ranking and lineage, atomic checkpoints, checksums (a missing file is
+not a corrupt one), tickets, and many processes writing at once. Also selection and PBT
+mutation, which read the board."""
 
 import multiprocessing as mp
 import random
@@ -12,8 +13,8 @@ from podracer.agents.common import mutable_bounds
 from podracer.agents.ppo import PPOConfig
 from podracer.agents.registry import make_agent
 from podracer.envs import PendulumVecEnv
-from podracer.tournament import CheckpointError, Leaderboard, mutate, select_parent
-from podracer.tournament import checkpoints
+from podracer import checkpoints
+from podracer.tournament import CheckpointError, CheckpointMissingError, Leaderboard, TicketError, mutate, select_parent
 
 
 def small_agent(seed: int = 0):
@@ -86,6 +87,28 @@ def test_corrupt_checkpoint_is_detected_flagged_and_skipped(tmp_path):
         checkpoints.read(path)
 
 
+def test_missing_checkpoint_is_skipped_but_not_flagged_and_usable_when_back(tmp_path):
+    board = Leaderboard(tmp_path)
+    entry = board.submit(small_agent(0), -10.0)
+    other = board.submit(small_agent(1), -20.0)
+    path = board.store / entry.checkpoint
+    backup = path.rename(tmp_path / "backup.pt")  # gone for now: a slow network filesystem, a backup restore
+
+    with pytest.warns(RuntimeWarning, match=f"entry {entry.id} skipped.*not flagged corrupt"), \
+            pytest.raises(CheckpointMissingError):
+        board.load_agent(entry.id)
+    with pytest.warns(RuntimeWarning, match=f"entry {entry.id} is missing"):
+        assert board.verify() == [entry.id]  # reported...
+    assert not board.get(entry.id).corrupt  # ...but not flagged: still ranked and offered
+    assert [e.id for e in board.top(5)] == [entry.id, other.id]
+
+    backup.rename(path)  # the file is back: the entry is usable again
+    obs = torch.randn(5, 3)
+    torch.testing.assert_close(board.load_agent(entry.id).act(obs, deterministic=True),
+                               small_agent(0).act(obs, deterministic=True))
+    assert board.verify() == []
+
+
 def test_tickets_bound_the_budget_and_are_consumed_once(tmp_path):
     board = Leaderboard(tmp_path)
     assert board.to_frame().empty and board.top(3) == []
@@ -94,13 +117,34 @@ def test_tickets_bound_the_budget_and_are_consumed_once(tmp_path):
     t1, t2 = board.claim(pod), board.claim(pod)
     assert t1 is not None and t2 is not None and board.claim(pod) is None  # in-flight tickets count
     board.submit(small_agent(), -1.0, ticket=t1)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(TicketError, match=f"ticket {t1} is not claimed"):
         board.submit(small_agent(), -2.0, ticket=t1)  # a ticket yields at most one entry
     assert len(board) == 1 and len(list(board.checkpoint_dir.glob("*.pt"))) == 1
     assert board.release_tickets(pod) == 1  # t2 died with its pod
     board.request_stop(pod)
     assert board.claim(pod) is None  # a stopping pod gets no more work
     assert board.claim(board.register_pod()) is not None
+
+
+def test_a_released_or_unknown_ticket_submits_nothing(tmp_path):
+    # A driver killed with SIGKILL leaves its pods training; the driver that resumes the store
+    # releases their tickets. A result that still arrives on one must not count: the budget holds.
+    board = Leaderboard(tmp_path)
+    board.set_budget(2)
+    orphan = board.register_pod()
+    ticket = board.claim(orphan)
+    board.release_tickets()  # what a resuming driver does first
+    board.retire_pods()
+    resumed = board.register_pod()
+    t1, t2 = board.claim(resumed), board.claim(resumed)
+    assert board.claim(resumed) is None
+    for stale in (ticket, 10_000):  # released, never claimed
+        with pytest.raises(TicketError, match=f"ticket {stale} is not claimed"):
+            board.submit(small_agent(), 0.0, pod=orphan, ticket=stale)
+    assert len(board) == 0 and list(board.checkpoint_dir.iterdir()) == []  # no file left behind either
+    board.submit(small_agent(1), -1.0, pod=resumed, ticket=t1)
+    board.submit(small_agent(2), -2.0, pod=resumed, ticket=t2)
+    assert len(board) == 2 and board.in_flight() == 0 and board.verify() == []
 
 
 def _submit_many(store: str, worker: int, attempts: int) -> None:

@@ -1,5 +1,6 @@
 """Tournaments of pods: learning across generations, a pod killed mid-generation, Ctrl-C then
-resume, elastic pods, config round trip, and the ensemble policy.
+resume, a driver killed with SIGKILL then resume, elastic pods, config round trip, what a store's
+YAML may run, and the ensemble policy.
 
 Pods are real processes (spawn), so each tournament here costs a few seconds of start-up; the
 settings are as small as still shows the behaviour. Scheduling between processes is not
@@ -7,11 +8,15 @@ deterministic (which pod draws which ticket), so learning thresholds keep a wide
 """
 
 import functools
+import logging
 import math
 import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -21,10 +26,12 @@ import torch
 import yaml
 
 import podracer
+from podracer.agents import registry
 from podracer.agents.common import mutable_bounds
 from podracer.agents.ppo import PPO, PRESETS, PPOConfig
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 from podracer.tournament import Ensemble, Leaderboard, Pod, PodSpec, Tournament, TournamentConfig
+from podracer.tournament import config as tournament_config
 
 PENDULUM_PPO = dict(PRESETS["pendulum"].config)
 TINY_PPO = {**PENDULUM_PPO, "hidden_sizes": (16,), "update_epochs": 2}
@@ -54,6 +61,63 @@ def pod_in_generation(board: Leaderboard, min_age_s: float = 0.2):
         return db.execute("SELECT pods.id, pods.pid FROM tickets JOIN pods ON pods.id = tickets.pod "
                           "WHERE pods.pid IS NOT NULL AND tickets.claimed_at < ? LIMIT 1",
                           (time.time() - min_age_s,)).fetchone()
+
+
+# A module outside Podracer, as a user's own code would be: an env factory and an agent class.
+# HeldPendulum's step waits while the file `hold` exists, so a test can keep a generation running
+# for as long as it needs (a pod blocked there is "mid-generation" for sure).
+USER_MODULE = "podracer_test_user_code"
+USER_CODE = textwrap.dedent('''
+    import os
+    import time
+
+    from podracer.agents.ppo import PPO
+    from podracer.envs import PendulumVecEnv
+
+
+    class MyPPO(PPO):
+        pass
+
+
+    class HeldPendulum(PendulumVecEnv):
+        def __init__(self, num_envs, hold=None):
+            super().__init__(num_envs=num_envs)
+            self.hold = hold
+
+        def step(self, actions):
+            while self.hold is not None and os.path.exists(self.hold):
+                time.sleep(0.05)
+            return super().step(actions)
+
+
+    def make_pendulum(num_envs, hold=None):
+        return HeldPendulum(num_envs, hold)
+''')
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Import name of USER_CODE, importable here and in the pods this process spawns."""
+    code_dir = tmp_path / "user_code"
+    code_dir.mkdir()
+    (code_dir / f"{USER_MODULE}.py").write_text(USER_CODE)
+    monkeypatch.syspath_prepend(str(code_dir))  # spawn hands sys.path on to the pods
+    return USER_MODULE
+
+
+def process_alive(pid: int) -> bool:
+    """False once ``pid`` has exited (a zombie not yet reaped by its new parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def assert_consistent(board: Leaderboard) -> None:
@@ -180,6 +244,93 @@ def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert_consistent(resumed.board)
 
 
+DRIVER_SCRIPT = """
+import functools
+import sys
+
+import podracer
+from podracer.tournament import Tournament
+from {module} import make_pendulum
+
+if __name__ == "__main__":
+    store, hold = sys.argv[1], sys.argv[2]
+    Tournament(functools.partial(make_pendulum, 16, hold), functools.partial(podracer.make_env, "pendulum", num_envs=4),
+               agent="ppo", pods=2, generation_steps=4096, generations=1, store=store, agent_config={config!r},
+               threads_per_pod=1, seed=1).run(progress=None)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL and re-parenting of orphans are POSIX")
+def test_driver_killed_with_sigkill_orphans_exit_and_resume_keeps_the_budget(tmp_path, user_module):
+    store, hold = tmp_path / "store", tmp_path / "hold"
+    hold.touch()  # the pods block in their first env step: the driver dies mid-generation for sure
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER_SCRIPT.format(module=user_module, config=TINY_PPO))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path / "user_code"),
+                                                                    os.environ.get("PYTHONPATH")) if p)}
+
+    def pods_mid_generation() -> list[int]:
+        """Pids of the pods that hold a ticket (read without creating anything in the store)."""
+        assert driver.poll() is None, f"the driver exited early:\n{(tmp_path / 'driver.log').read_text()}"
+        try:
+            with sqlite3.connect(f"file:{store / 'board.sqlite'}?mode=ro", uri=True) as db:
+                return [r[0] for r in db.execute("SELECT pods.pid FROM tickets JOIN pods ON pods.id = tickets.pod "
+                                                 "WHERE pods.pid IS NOT NULL")]
+        except sqlite3.OperationalError:  # not created yet
+            return []
+
+    orphans: list[int] = []
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, str(script), str(store), str(hold)], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(pods_mid_generation()) == 2, what="both pods in their generation")
+        orphans = pods_mid_generation()
+        driver.kill()  # SIGKILL: no clean-up in the driver at all
+        driver.wait(timeout=60)
+        # Each orphan notices within a second (its watchdog), releases its ticket and exits; without
+        # the watchdog they would train on (here: wait forever) and submit later.
+        wait_for(lambda: not any(process_alive(pid) for pid in orphans), timeout=30, what="the orphan pods to exit")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in orphans:
+            if process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    board = Leaderboard(store)
+    assert len(board) == 0 and board.in_flight() == 0
+    assert board.pods()["status"].tolist() == ["lost", "lost"]
+
+    hold.unlink()
+    with pytest.raises(ValueError, match=f"allow=\\['{user_module}:make_pendulum'\\]"):
+        Tournament.from_store(store)  # a factory outside Podracer runs only when the caller allows it
+    resumed = Tournament.from_store(store, allow=[f"{user_module}:make_pendulum"])
+    resumed.run(progress=None)
+    entries = resumed.board.entries()
+    assert len(entries) == 2 == resumed.config.budget  # exactly the budget, nothing twice
+    assert len({e.checksum for e in entries}) == 2
+    assert_consistent(resumed.board)
+    assert resumed.board.pods()["status"].tolist() == ["lost", "lost", "exited", "exited"]
+
+
+def test_a_result_on_a_released_ticket_is_refused_and_the_pod_stops(tmp_path):
+    t = small_tournament(tmp_path, generations=1, pods=1)
+    t.board.set_budget(1)
+    pod_id = t.board.register_pod()
+    pod = Pod(PodSpec(str(tmp_path), pod_id, t.config, make_small_env, make_small_eval_env))
+    claim = pod.board.claim
+
+    def claim_then_lose_the_ticket(pod_id):
+        ticket = claim(pod_id)
+        t.board.release_tickets()  # a new driver takes the store over while this generation trains
+        return ticket
+
+    pod.board.claim = claim_then_lose_the_ticket
+    with pytest.warns(RuntimeWarning, match=f"pod {pod_id} stops: ticket .* is not claimed any more"):
+        assert pod.run() == 0
+    assert len(t.board) == 0 and list(t.board.checkpoint_dir.iterdir()) == []
+
+
 def test_pods_can_be_added_and_removed_while_running(tmp_path):
     t = small_tournament(tmp_path, generations=30, pods=1)
     t.start()
@@ -235,6 +386,43 @@ def test_corrupt_checkpoints_are_skipped_by_pods_and_best(tmp_path):
     torch.testing.assert_close(best.act(obs, deterministic=True), good_agent.act(obs, deterministic=True))
 
 
+def test_missing_checkpoint_is_skipped_by_pods_but_not_flagged(tmp_path):
+    t = small_tournament(tmp_path, explore_prob=0.0, top_k=1)
+    board = t.board
+    env = make_small_env()
+    good = board.submit(podracer.make_agent("ppo", env, seed=0, **TINY_PPO), -500.0, agent_name="ppo")
+    away = board.submit(podracer.make_agent("ppo", env, seed=1, **TINY_PPO), -100.0, agent_name="ppo")
+    path = board.store / away.checkpoint
+    backup = path.rename(tmp_path / "backup.pt")
+
+    pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
+    with pytest.warns(RuntimeWarning, match=f"entry {away.id} skipped"):
+        _, parent, _, _ = pod.start_agent(random.Random(0), seed=0)
+    assert parent.id == good.id  # skipped for this draw...
+    assert not board.get(away.id).corrupt  # ...not condemned
+    backup.rename(path)  # restored
+    _, parent, _, _ = pod.start_agent(random.Random(0), seed=0)
+    assert parent.id == away.id
+
+
+def test_pods_build_agents_quietly_with_the_configured_preset(tmp_path, caplog):
+    # One resolver for agent names: the registry's, re-exported by the tournament config.
+    assert tournament_config.resolve_agent is registry.resolve_agent
+    assert tournament_config.agent_name is registry.agent_name
+    t = small_tournament(tmp_path)
+    pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
+    with caplog.at_level(logging.INFO, logger="podracer"):
+        agent, parent, _, _ = pod.start_agent(random.Random(0), seed=0)  # empty board: a fresh agent
+    assert parent is None and agent.preset == PRESETS["pendulum"]  # preset="auto": the env's task
+    assert not [r for r in caplog.records if r.name == "podracer"]  # no preset line every generation
+    plain = TournamentConfig(**{**t.config.to_dict(), "preset": None})
+    agent, _, _, _ = Pod(PodSpec(str(tmp_path), 0, plain, make_small_env, make_small_eval_env)).start_agent(
+        random.Random(0), seed=0)
+    assert agent.preset is None
+    with pytest.raises(ValueError, match="no ppo preset 'no-such-task'"):
+        small_tournament(tmp_path / "other", preset="no-such-task")
+
+
 # ---------------------------------------------------------------------------- configuration
 def test_env_factories_must_be_picklable(tmp_path):
     def local_factory():
@@ -274,6 +462,46 @@ def test_config_yaml_round_trip_and_store_mismatch(tmp_path):
     with pytest.raises(ValueError, match="generation_steps"):
         Tournament(make_small_env, make_small_eval_env, generation_steps=999, store=tmp_path / "run",
                    agent_config=TINY_PPO, seed=1)
+
+
+def test_from_store_runs_only_trusted_or_allowed_code(tmp_path, user_module):
+    import importlib
+
+    user = importlib.import_module(user_module)
+    store = tmp_path / "run"
+    small_tournament(store)
+    path = store / "tournament.yaml"
+    saved = yaml.safe_load(path.read_text())
+    marker = tmp_path / "pwned"
+    for name in ("posix:system", "os:system", "subprocess:getoutput"):
+        path.write_text(yaml.safe_dump({**saved, "make_env": {"function": name, "args": [f"touch {marker}"],
+                                                              "kwargs": {}}}))
+        with pytest.raises(ValueError, match=rf"{path}.*make_env: '{name}'.*allow=\['{name}'\]"):
+            Tournament.from_store(store)
+    path.write_text(yaml.safe_dump({**saved, "make_eval_env": {"function": "os:system", "args": ["true"],
+                                                               "kwargs": {}}}))
+    with pytest.raises(ValueError, match="make_eval_env: 'os:system'"):
+        Tournament.from_store(store, make_env=make_small_env)  # passing one factory allows only that one
+    path.write_text(yaml.safe_dump({**saved, "agent": "os:system"}))
+    with pytest.raises(ValueError, match="agent: 'os:system'"):
+        Tournament.from_store(store)
+    assert not marker.exists()
+    path.write_text(yaml.safe_dump({**saved, "agent": "podracer.agents.ppo:PPO"}))  # the registry's own class
+    assert Tournament.from_store(store).config.agent == "ppo"
+
+    # A user's own factory and agent class: refused until allowed, by name or by object.
+    mine = tmp_path / "mine"
+    Tournament(functools.partial(user.make_pendulum, 16), make_small_eval_env, agent=user.MyPPO, generations=1,
+               store=mine, agent_config=TINY_PPO)
+    with pytest.raises(ValueError, match=f"make_env: '{user_module}:make_pendulum'"):
+        Tournament.from_store(mine)
+    with pytest.raises(ValueError, match=f"agent: '{user_module}:MyPPO'"):
+        Tournament.from_store(mine, allow=[f"{user_module}:make_pendulum"])
+    for allow in ([f"{user_module}:make_pendulum", f"{user_module}:MyPPO"], [user.make_pendulum, user.MyPPO]):
+        t = Tournament.from_store(mine, allow=allow)
+        assert t.config.agent == f"{user_module}:MyPPO" and t.make_env().num_envs == 16
+    assert Tournament.from_store(mine, make_env=functools.partial(user.make_pendulum, 16),
+                                 allow=[user.MyPPO]).config.agent == f"{user_module}:MyPPO"
 
 
 # ---------------------------------------------------------------------------- ensemble

@@ -5,13 +5,13 @@ checkpoints) from which each generation selects a parent and to which it submits
 ``Ensemble`` combines the best entries into one policy.
 """
 
-from podracer.tournament.checkpoints import CheckpointError
+from podracer.checkpoints import CheckpointError, CheckpointMissingError
 from podracer.tournament.config import TournamentConfig
 from podracer.tournament.ensemble import Ensemble
-from podracer.tournament.leaderboard import Entry, Leaderboard
+from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
 from podracer.tournament.pod import Pod, PodSpec
 from podracer.tournament.selection import mutate, select_parent
 from podracer.tournament.tournament import Tournament
 
-__all__ = ["CheckpointError", "Ensemble", "Entry", "Leaderboard", "Pod", "PodSpec", "Tournament", "TournamentConfig",
-           "mutate", "select_parent"]
+__all__ = ["CheckpointError", "CheckpointMissingError", "Ensemble", "Entry", "Leaderboard", "Pod", "PodSpec",
+           "TicketError", "Tournament", "TournamentConfig", "mutate", "select_parent"]

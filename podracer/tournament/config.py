@@ -1,23 +1,28 @@
 """``TournamentConfig``: every setting of a tournament, saved as YAML in its store so that a run
-can be reproduced (and resumed) from the store alone. Also the small helpers that turn agents
-and env factories into names a YAML file and a freshly spawned process can resolve.
+can be reproduced (and resumed) from the store alone. Also the small helpers that turn env
+factories into names a YAML file and a freshly spawned process can resolve, and the list of
+the code a store may name without the caller's say-so (``TRUSTED_CALLABLES``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
+import inspect
 import os
 import pickle
 import sys
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import yaml
 
+from podracer.agents.registry import AGENTS, agent_name, import_path, resolve_agent
 from podracer.tournament.selection import SELECTIONS
+
+__all__ = ["RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "agent_name", "callable_name", "callable_spec",
+           "check_picklable", "check_trusted", "import_path", "resolve_agent", "resolve_callable"]
 
 # Fields that may differ between two runs on the same store (resuming with a bigger budget or
 # more pods is fine); any other difference means a different experiment and is refused.
@@ -28,6 +33,7 @@ RUN_FIELDS = ("pods", "generations", "time_budget", "threads_per_pod", "replace_
 class TournamentConfig:
     agent: str = "ppo"  # registry name ("ppo") or import path "package.module:Class"
     agent_config: dict[str, Any] = field(default_factory=dict)  # overrides of the agent's config fields
+    preset: str | None = "auto"  # make_agent's preset: "auto" (the env's task), a task name, or None (defaults)
     pods: int = 4  # pods training at once
     generation_steps: int = 20_000  # env steps (summed over sub-envs) per generation, before each submission
     generations: int | None = 10  # generations per pod: the run ends when the board holds pods * generations
@@ -83,7 +89,8 @@ class TournamentConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown TournamentConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        return cls(**d)
+        # Stores written before presets existed trained with the config defaults: keep it so.
+        return cls(**{"preset": None, **d})
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -102,6 +109,7 @@ class TournamentConfig:
     def differences(self, other: "TournamentConfig") -> list[str]:
         """Fields outside ``RUN_FIELDS`` whose values differ (an env spec unknown on either side is skipped)."""
         a, b = self.to_dict(), other.to_dict()
+        a["agent"], b["agent"] = _canonical_agent(a["agent"]), _canonical_agent(b["agent"])
         diff = []
         for k in a:
             if k in RUN_FIELDS or (k in ("make_env", "make_eval_env") and (a[k] is None or b[k] is None)):
@@ -118,33 +126,6 @@ def _plain(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     return x
-
-
-# ---------------------------------------------------------------------------- agents
-def agent_name(agent: str | type) -> str:
-    """The name a config stores for ``agent``: its registry name, else ``"module:Class"``."""
-    from podracer.agents.registry import AGENTS
-
-    if isinstance(agent, str):
-        resolve_agent(agent)  # fail now, with the registry's message, not in every pod
-        return agent.lower() if ":" not in agent else agent
-    path = f"{agent.__module__}:{agent.__qualname__}"
-    for name, (target, *_rest) in AGENTS.items():
-        if target == path:
-            return name
-    if agent.__module__ == "__main__" or "<locals>" in agent.__qualname__:
-        raise ValueError(f"agent class {agent.__qualname__} must be importable by the pod processes: define it "
-                         f"in a .py module (not a notebook cell or a function) or register it in podracer.AGENTS")
-    return path
-
-
-def resolve_agent(name: str) -> type:
-    """The agent class for a registry name or an ``"module:Class"`` path."""
-    if ":" in name:
-        return import_path(name)
-    from podracer.agents.registry import get_agent_class
-
-    return get_agent_class(name)
 
 
 # ---------------------------------------------------------------------------- env factories
@@ -177,8 +158,8 @@ def callable_spec(fn: Callable[..., Any]) -> dict[str, Any] | None:
     if isinstance(fn, functools.partial):
         args, kwargs, fn = list(fn.args), dict(fn.keywords), fn.func
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        return None
+    if not module or module == "__main__" or "<" in qualname or inspect.ismethod(fn):
+        return None  # a bound method's instance cannot be written down by name
     spec = {"function": f"{module}:{qualname}", "args": _plain(args), "kwargs": _plain(kwargs)}
     try:
         yaml.safe_dump(spec)
@@ -192,10 +173,55 @@ def resolve_callable(spec: dict[str, Any]) -> Callable[[], Any]:
     return functools.partial(import_path(spec["function"]), *spec.get("args", []), **spec.get("kwargs", {}))
 
 
-def import_path(path: str) -> Any:
-    """The object named by ``"package.module:Qual.name"``."""
-    module, qualname = path.split(":", 1)
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+# ---------------------------------------------------------------------------- what a store may name
+# A store's tournament.yaml names code that a resumed run calls: the env factories, and the agent
+# class when it is an import path. Anyone who can write the store can edit that file (to
+# "posix:system", say), so Tournament.from_store treats it like a checkpoint, as untrusted input:
+# the factories below and the registry's agents run freely; anything else only when the caller
+# allows it by name. Keep this the one list.
+TRUSTED_CALLABLES: frozenset[str] = frozenset({
+    "podracer.envs:make_env",  # podracer.make_env: a shipped tensor env or a registered gymnasium id
+    "podracer:make_env",
+    "podracer.envs.pendulum:PendulumVecEnv",
+    "podracer.envs.cartpole:CartPoleVecEnv",
+    "finance.env:StockTradingVecEnv",
+    "finance.demo:train_env",  # the trading demo and notebook 06
+    "finance.demo:eval_env",
+})
+
+
+def callable_name(obj: str | Callable[..., Any]) -> str:
+    """``"module:qualname"`` of a function, class or ``functools.partial`` (a string is returned as is)."""
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, functools.partial):
+        obj = obj.func
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+def _canonical_agent(name: str) -> str:
+    """A registry agent's name whichever way it is written ("PPO", "podracer.agents.ppo:PPO"), without importing."""
+    if ":" not in name:
+        return name.lower()
+    return next((key for key, (target, *_rest) in AGENTS.items() if target == name), name)
+
+
+def _trusted_agent(name: str) -> bool:
+    return ":" not in name or name in {target for target, *_rest in AGENTS.values()}
+
+
+def check_trusted(what: str, name: str, source: str | Path, allow: Iterable[str | Callable[..., Any]] = ()) -> None:
+    """Refuse to run ``name`` (``"module:qualname"``), which ``source`` names as ``what``, unless
+    it is trusted (``TRUSTED_CALLABLES``; for ``what="agent"`` a registry agent) or in ``allow``."""
+    allowed = {callable_name(a) for a in allow}
+    trusted = _trusted_agent(name) if what == "agent" else name in TRUSTED_CALLABLES
+    if trusted or name in allowed:
+        return
+    source = Path(source)
+    kind = "agent class" if what == "agent" else "env factory"
+    raise ValueError(
+        f"{source} names {what}: {name!r}, which is not one of Podracer's trusted env factories or registered "
+        f"agents, so it was not run. A store's tournament.yaml is untrusted input, like a checkpoint: anyone who "
+        f"can write the store can change it to any callable ('posix:system' included). If {name!r} is your own "
+        f"{kind} and you trust this store, allow it by name: Tournament.from_store({str(source.parent)!r}, "
+        f"allow=[{name!r}])" + ("" if what == "agent" else f", or pass {what}=... to from_store yourself"))

@@ -15,9 +15,14 @@ orphan file without a row (a pod killed in between) is harmless.
 
 Besides ``entries`` the file holds the tournament's bookkeeping, kept here because it must
 change in the same transactions: ``tickets`` (a pod claims one before each generation, and its
-submission consumes it, so the budget is never overshot and a ticket yields at most one entry)
-and ``pods`` (status, so a pod can be asked to stop after its current generation, and the error
-that ended it).
+submission consumes it, so the budget is never overshot and a ticket yields at most one entry;
+a submission whose ticket was released meanwhile, by a driver that took over the store, is
+refused) and ``pods`` (status, so a pod can be asked to stop after its current generation, and
+the error that ended it).
+
+A checkpoint that fails its checksum or does not load is flagged ``corrupt`` and never offered
+again. A missing one is not: it is skipped while it is missing (a restored backup or a slow
+network filesystem can bring it back) and is usable again once it is there.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from podracer.tournament import checkpoints
-from podracer.tournament.checkpoints import CheckpointError
+from podracer import checkpoints
+from podracer.checkpoints import CheckpointError, CheckpointMissingError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -74,6 +79,11 @@ CREATE TABLE IF NOT EXISTS pods (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+class TicketError(RuntimeError):
+    """A submission's ticket is not claimed any more: released (a new driver took over the store,
+    or the pod was given up for dead), already consumed, or never claimed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +168,10 @@ class Leaderboard:
                score_std: float | None = None, ticket: int | None = None) -> Entry:
         """Write ``agent``'s checkpoint (an agent or a ``checkpoint()`` dict), then insert its row.
 
-        With ``ticket`` the row consumes that claimed ticket in the same transaction; a ticket
-        already consumed raises ``sqlite3.IntegrityError`` (no duplicate entries) and its
-        checkpoint file is removed again.
+        With ``ticket`` the row consumes that claimed ticket in the same transaction. A ticket
+        that is not claimed any more (released, already consumed, never claimed) raises
+        ``TicketError`` and the checkpoint file is removed again: the board never holds more
+        entries than its budget, and a ticket yields at most one entry.
         """
         ckpt = agent if isinstance(agent, dict) else agent.checkpoint()
         name = agent_name or ckpt["agent"]
@@ -174,10 +185,12 @@ class Leaderboard:
             row["score"] = -math.inf  # NaN would sort nowhere; a diverged agent ranks last
         try:
             with self._transaction() as db:
+                if ticket is not None and db.execute("DELETE FROM tickets WHERE id = ?", (ticket,)).rowcount == 0:
+                    raise TicketError(f"ticket {ticket} is not claimed any more (released when a new driver took over "
+                                      f"{self.store}, already consumed, or never claimed): this result is not "
+                                      f"submitted, so the board stays within its budget")
                 cur = db.execute(f"INSERT INTO entries ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                                  tuple(row.values()))
-                if ticket is not None:
-                    db.execute("DELETE FROM tickets WHERE id = ?", (ticket,))
                 entry_id = cur.lastrowid
         except BaseException:
             (self.store / rel).unlink(missing_ok=True)
@@ -241,10 +254,16 @@ class Leaderboard:
     # ------------------------------------------------------------------------ checkpoints
     def load_checkpoint(self, entry: Entry | int, device: str = "cpu") -> dict[str, Any]:
         """The verified checkpoint dict of ``entry``. A damaged file is flagged ``corrupt`` in
-        the board, reported with a warning, and raises ``CheckpointError``: it is never loaded."""
+        the board, reported with a warning, and raises ``CheckpointError``: it is never loaded.
+        A missing file raises ``CheckpointMissingError`` with a warning but is not flagged: the
+        entry is usable again when its file comes back."""
         entry = entry if isinstance(entry, Entry) else self.get(entry)
         try:
             return checkpoints.read(self.store / entry.checkpoint, entry.checksum, device)
+        except CheckpointMissingError as e:
+            warnings.warn(f"leaderboard entry {entry.id} skipped: {e} (missing, not flagged corrupt: it is used "
+                          f"again once its file is back)", RuntimeWarning, stacklevel=2)
+            raise
         except CheckpointError as e:
             self.mark_corrupt(entry.id)
             warnings.warn(f"leaderboard entry {entry.id} skipped: {e}", RuntimeWarning, stacklevel=2)
@@ -252,7 +271,7 @@ class Leaderboard:
 
     def load_agent(self, entry: Entry | int, device: str | None = None) -> Any:
         """Rebuild the agent of ``entry`` (weights, optimizer, normalisers) from its checkpoint."""
-        from podracer.tournament.config import resolve_agent
+        from podracer.agents.registry import resolve_agent
 
         entry = entry if isinstance(entry, Entry) else self.get(entry)
         ckpt = self.load_checkpoint(entry, device or "cpu")
@@ -263,11 +282,16 @@ class Leaderboard:
             db.execute("UPDATE entries SET corrupt = 1 WHERE id = ?", (int(entry_id),))
 
     def verify(self) -> list[int]:
-        """Check every listed checkpoint against its checksum; flag and return the bad ids."""
+        """Check every listed checkpoint against its checksum; return the ids that fail. Damaged
+        ones are flagged ``corrupt``; missing ones are reported but not flagged (see the module doc)."""
         bad = []
         for e in self.entries():
             try:
                 checkpoints.read(self.store / e.checkpoint, e.checksum)
+            except CheckpointMissingError as err:
+                warnings.warn(f"leaderboard entry {e.id} is missing its checkpoint: {err}", RuntimeWarning,
+                              stacklevel=2)
+                bad.append(e.id)
             except CheckpointError as err:
                 self.mark_corrupt(e.id)
                 warnings.warn(f"leaderboard entry {e.id} is corrupt: {err}", RuntimeWarning, stacklevel=2)

@@ -6,6 +6,11 @@ env steps with ``podracer.iterate_training``, evaluates the deterministic policy
 validation env and submits the result. It repeats until the board's budget is spent or it is
 asked to stop. A pod holds no state between generations that the board does not: killing one
 loses at most the generation it was training.
+
+A pod started by the local backend watches its driver: when the driver process is gone (killed,
+even by SIGKILL), the pod releases its ticket and exits within a second instead of finishing a
+generation nobody will collect. Should its result reach the board anyway after a new driver took
+over the store, the board refuses it (``TicketError``: the ticket was released) and the pod stops.
 """
 
 from __future__ import annotations
@@ -14,20 +19,26 @@ import dataclasses
 import os
 import random
 import signal
+import sys
+import threading
 import time
 import traceback
+import warnings
 from typing import Any, Callable
 
 import torch
 
 from podracer.agents.common import mutable_bounds
-from podracer.agents.registry import make_agent
+from podracer.agents.registry import make_agent, resolve_agent
+from podracer.checkpoints import CheckpointError
 from podracer.evaluate import evaluate
 from podracer.train import iterate_training, seed_everything
-from podracer.tournament.checkpoints import CheckpointError
-from podracer.tournament.config import TournamentConfig, resolve_agent
-from podracer.tournament.leaderboard import Entry, Leaderboard
+from podracer.tournament.config import TournamentConfig
+from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
 from podracer.tournament.selection import mutate, select_parent
+
+WATCHDOG_INTERVAL_S = 0.5  # how often a pod checks that its driver is alive
+ORPHAN_EXIT_CODE = 75  # the exit code of a pod whose driver is gone (EX_TEMPFAIL: its generation is lost)
 
 
 @dataclasses.dataclass
@@ -55,14 +66,16 @@ class Pod:
         """``(agent, parent, hparams, changes)``: a mutated copy of a selected parent (weights,
         optimizer state, normalisers), or a fresh agent when the board is empty or by chance."""
         cfg = self.config
-        for _ in range(3):  # a parent whose checkpoint is corrupt is flagged and another is drawn
-            candidates = self.board.top(cfg.top_k)
+        unusable: set[int] = set()  # this draw: corrupt ones are also flagged, missing ones only skipped
+        for _ in range(3):  # a parent whose checkpoint fails to load is skipped and another is drawn
+            candidates = [e for e in self.board.top(cfg.top_k + len(unusable)) if e.id not in unusable]
             if not candidates or rng.random() < cfg.explore_prob:
                 break
             parent = select_parent(candidates, rng, cfg.selection, cfg.top_k, cfg.temperature)
             try:
                 agent = self.board.load_agent(parent, device=str(self.env.device))
-            except CheckpointError:
+            except CheckpointError:  # warned by the board
+                unusable.add(parent.id)
                 continue
             bounds = mutable_bounds(agent.config)
             current = {k: getattr(agent.config, k) for k in bounds}
@@ -70,7 +83,7 @@ class Pod:
             if changes:
                 agent.set_hparams(**{k: hparams[k] for k in changes})
             return agent, parent, hparams, changes
-        agent = make_agent(self.agent_cls, self.env, seed=seed, **cfg.agent_config)
+        agent = make_agent(self.agent_cls, self.env, seed=seed, preset=cfg.preset, verbose=False, **cfg.agent_config)
         return agent, None, {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}, {}
 
     def run_generation(self, ticket: int) -> Entry:
@@ -92,15 +105,47 @@ class Pod:
             wall_time=time.perf_counter() - start)
 
     def run(self) -> int:
-        """Generations until the budget is spent, a stop is requested or the driver is gone."""
+        """Generations until the budget is spent, a stop is requested, the driver is gone, or the
+        board refuses a result because its ticket was released (a new driver took over)."""
         done = 0
         while self.spec.parent_pid is None or os.getppid() == self.spec.parent_pid:
             ticket = self.board.claim(self.spec.pod_id)
             if ticket is None:
                 break
-            self.run_generation(ticket)
+            try:
+                self.run_generation(ticket)
+            except TicketError as e:
+                warnings.warn(f"pod {self.spec.pod_id} stops: {e}", RuntimeWarning, stacklevel=2)
+                break
             done += 1
         return done
+
+
+def watch_driver(spec: PodSpec, interval_s: float = WATCHDOG_INTERVAL_S) -> threading.Thread | None:
+    """Start a daemon thread that ends this pod process soon after its driver (``spec.parent_pid``)
+    is gone: it releases the pod's ticket, marks the pod ``lost`` and exits with
+    ``ORPHAN_EXIT_CODE``. Without it an orphan would train to the end of its generation."""
+    if spec.parent_pid is None:
+        return None
+
+    def watch() -> None:
+        while os.getppid() == spec.parent_pid:  # an orphan is re-parented (to init or a subreaper)
+            time.sleep(interval_s)
+        sys.stderr.write(f"podracer pod {spec.pod_id}: its driver (pid {spec.parent_pid}) is gone; exiting, "
+                         f"its current generation is lost\n")
+        try:  # best effort: a new driver releases the tickets and retires the pods anyway
+            board = Leaderboard(spec.store, busy_timeout_s=5.0)
+            board.release_tickets(spec.pod_id)
+            board.set_pod(spec.pod_id, status="lost", ended_at=time.time(), exitcode=ORPHAN_EXIT_CODE,
+                          error=f"driver (pid {spec.parent_pid}) gone")
+        except Exception:
+            pass
+        finally:
+            os._exit(ORPHAN_EXIT_CODE)  # now, from this thread: the main thread may be deep in training
+
+    thread = threading.Thread(target=watch, name=f"podracer-pod-{spec.pod_id}-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def pod_main(spec: PodSpec) -> None:
@@ -108,6 +153,7 @@ def pod_main(spec: PodSpec) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the driver alone decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(spec.threads)
+    watch_driver(spec)
     board = Leaderboard(spec.store)
     board.set_pod(spec.pod_id, pid=os.getpid())
     try:

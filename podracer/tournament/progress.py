@@ -57,8 +57,8 @@ class Progress:
         ax.scatter(t, frame["score"], c=frame["pod"], cmap="tab10", s=14)
         order = t.sort_values().index
         ax.plot(t[order], frame["score"][order].cummax(), color="k", lw=1, drawstyle="steps-post", label="best so far")
-        ax.set(xlabel="seconds since the first entry", ylabel="validation score", title=f"{len(frame)}/{self.total or '?'} entries, "
-                                                                    f"{pods} pods")
+        ax.set(xlabel="seconds since the first entry", ylabel="validation score",
+               title=f"{len(frame)}/{self.total or '?'} entries, {pods} pods")
         ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
         if not self.handles:

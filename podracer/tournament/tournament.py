@@ -10,19 +10,22 @@ sooner. The pods themselves need nothing from the driver but the store; see ``po
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from podracer.agents.common import make_config
+from podracer.agents.registry import agent_name, resolve_agent
+from podracer.checkpoints import CheckpointError
+from podracer.presets import get_preset
 from podracer.tournament.backends import make_backend
-from podracer.tournament.checkpoints import CheckpointError
-from podracer.tournament.config import (TournamentConfig, agent_name, callable_spec, check_picklable,
-                                        resolve_agent, resolve_callable)
+from podracer.tournament.config import (TournamentConfig, callable_spec, check_picklable, check_trusted,
+                                        resolve_callable)
 from podracer.tournament.ensemble import Ensemble
 from podracer.tournament.leaderboard import Leaderboard
 from podracer.tournament.pod import PodSpec
@@ -55,7 +58,10 @@ class Tournament:
             agent=agent_name(agent), agent_config=dict(agent_config or {}), pods=pods,
             generation_steps=generation_steps, generations=generations, time_budget=time_budget, seed=seed,
             backend=backend, make_env=callable_spec(make_env), make_eval_env=callable_spec(make_eval_env), **options)
-        make_config(resolve_agent(self.config.agent).config_cls, self.config.agent_config)  # unknown keys: error now
+        agent_cls = resolve_agent(self.config.agent)
+        make_config(agent_cls.config_cls, self.config.agent_config)  # unknown keys: an error now, not in every pod
+        if self.config.preset not in ("auto", None):
+            get_preset(agent_cls, self.config.preset)  # an unknown preset too
         make_backend(backend)  # an unknown or unavailable backend fails here, not in run()
         self.store = Path(store)
         self.board = Leaderboard(self.store)
@@ -74,23 +80,45 @@ class Tournament:
 
     @classmethod
     def from_store(cls, store: str | Path, make_env: Callable[[], Any] | None = None,
-                   make_eval_env: Callable[[], Any] | None = None, **overrides: Any) -> "Tournament":
+                   make_eval_env: Callable[[], Any] | None = None,
+                   allow: Iterable[str | Callable[..., Any]] | None = None,
+                   **overrides: Any) -> "Tournament":
         """Rebuild a tournament from ``store/tournament.yaml`` (to resume or extend it). The env
         factories are re-imported from the file unless given; ``overrides`` change run fields
-        such as ``generations`` or ``pods``."""
-        cfg = TournamentConfig.from_yaml(Path(store) / "tournament.yaml").to_dict()
+        such as ``generations`` or ``pods``.
+
+        The file is untrusted input, like a checkpoint: anyone who can write the store can edit
+        it. The env factories and agent it names run only when they are Podracer's own
+        (``podracer.tournament.config.TRUSTED_CALLABLES``, the registry's agents), or the ones you
+        name in ``allow`` (``"mypkg.envs:make_env"``, or the function or class itself); passing
+        ``make_env=...`` yourself allows that factory too. Anything else is refused before it is
+        imported, with an error naming it."""
+        path = Path(store) / "tournament.yaml"
+        allow = list(allow or ())
+        cfg = TournamentConfig.from_yaml(path).to_dict()
         env_specs = {k: cfg.pop(k) for k in ("make_env", "make_eval_env")}
         factories = {"make_env": make_env, "make_eval_env": make_eval_env}
         for k, fn in factories.items():
+            if fn is not None:
+                continue
+            spec = env_specs[k]
+            if spec is None:
+                raise ValueError(f"{path} has no import spec for {k} (it was not a module-level function or "
+                                 f"partial); pass {k}=... to from_store")
+            if not isinstance(spec, dict) or not isinstance(spec.get("function"), str):
+                raise ValueError(f"{path}: {k} must be {{function: 'module:name', args: [...], kwargs: {{...}}}}, "
+                                 f"got {spec!r}")
+            check_trusted(k, spec["function"], path, allow)
+        if "agent" not in overrides:
+            check_trusted("agent", cfg["agent"], path, allow)
+        for k, fn in factories.items():  # only now, when every name has passed, import anything
             if fn is None:
-                if env_specs[k] is None:
-                    raise ValueError(f"{store}/tournament.yaml has no import spec for {k} (it was not a module-level "
-                                     f"function or partial); pass {k}=... to from_store")
                 factories[k] = resolve_callable(env_specs[k])
         return cls(**factories, store=store, **{**cfg, **overrides})
 
     def __repr__(self) -> str:
-        return f"Tournament({self.config.agent!r}, pods={self._target}, store={str(self.store)!r}, board={len(self.board)})"
+        return (f"Tournament({self.config.agent!r}, pods={self._target}, store={str(self.store)!r}, "
+                f"board={len(self.board)})")
 
     # ------------------------------------------------------------------------ running
     def run(self, progress: str | None = "auto") -> Leaderboard:
@@ -138,75 +166,96 @@ class Tournament:
         return self._target
 
     def _drive(self, progress_mode: str | None) -> Leaderboard:
+        """The driver loop: take the store over, then every ``poll_s`` reap the pods that ended,
+        wind down when out of time or asked to stop, and start or stop pods to match the target."""
         cfg, board = self.config, self.board
         backend = make_backend(cfg.backend)
-        budget = cfg.budget
-        board.set_budget(budget)
+        run = _RunState(start=time.monotonic())
+        board.set_budget(cfg.budget)
         board.release_tickets()  # tickets of an earlier driver's pods: those generations are lost
         board.retire_pods()  # rows of an earlier driver's pods: none may claim tickets any more
-        handles: dict[int, Any] = {}
-        stopping: set[int] = set()
-        failures, start = 0, time.monotonic()
-        progress = Progress(board, budget, progress_mode)
+        progress = Progress(board, cfg.budget, progress_mode)
         try:
             while True:
-                for pod, handle in list(handles.items()):
-                    code = backend.poll(handle)
-                    if code is None:
-                        continue
-                    del handles[pod]
-                    board.release_tickets(pod)
-                    failed = code != 0
-                    board.set_pod(pod, status="failed" if failed else "exited", exitcode=code, ended_at=time.time())
-                    if failed:
-                        failures += 1
-                        error = board.pod_error(pod)
-                        warnings.warn(f"pod {pod} died (exit code {code}); its current generation is lost"
-                                      + (f":\n{error}" if error else ""), RuntimeWarning, stacklevel=2)
-                        if failures > cfg.max_failures:
-                            raise RuntimeError(f"{failures} pods died (max_failures={cfg.max_failures}); last error:\n"
-                                               f"{error or f'exit code {code}'}")
-                        if not cfg.replace_failed and pod not in stopping:
-                            self.remove_pods(1)
-                    stopping.discard(pod)
-                out_of_time = cfg.time_budget is not None and time.monotonic() - start > cfg.time_budget
-                if (out_of_time or self._stop.is_set()) and len(stopping) < len(handles):
-                    board.request_stop()
-                    stopping |= set(handles)
-                remaining = math.inf if budget is None else budget - len(board)
-                winding_down = out_of_time or self._stop.is_set() or remaining <= 0
-                active = sorted(set(handles) - stopping)
-                wanted = 0 if winding_down else min(self._target, remaining)
-                while len(active) < wanted:
-                    pod = board.register_pod()
-                    handles[pod] = backend.start(PodSpec(str(self.store), pod, cfg, self.make_env,
-                                                         self.make_eval_env, threads=cfg.threads))
-                    active.append(pod)
-                for pod in [] if winding_down else active[self._target:]:  # remove_pods: the newest go
-                    board.request_stop(pod)
-                    stopping.add(pod)
-                if not handles and (winding_down or self._target == 0):
+                self._reap(backend, run)
+                winding_down = self._check_wind_down(run)
+                self._scale(backend, run, winding_down)
+                if not run.handles and (winding_down or self._target == 0):
                     break
-                progress.update(len(handles))
+                progress.update(len(run.handles))
                 time.sleep(self.poll_s)
         except BaseException:
-            # Ctrl-C or an error: kill the pods now. Their tickets are released, their files
-            # without rows are orphans, every row on the board is complete.
-            with _sigint_ignored():  # a second Ctrl-C must not cut this clean-up short
-                for pod, handle in handles.items():
-                    backend.kill(handle)
-                for pod, handle in handles.items():
-                    backend.join(handle, timeout=10)
-                    board.set_pod(pod, status="killed", exitcode=backend.poll(handle), ended_at=time.time())
-                board.release_tickets()
+            self._kill_all(backend, run)
             raise
         finally:
-            progress.close(len(handles))
+            progress.close(len(run.handles))
             backend.close()
-        if budget is not None and len(board) < budget and not (out_of_time or self._stop.is_set()):
-            warnings.warn(f"run ended with {len(board)}/{budget} entries: no pods left (all removed, or failed "
-                          f"with replace_failed=False); run() again to finish", RuntimeWarning, stacklevel=2)
+        if cfg.budget is not None and len(board) < cfg.budget and not (run.out_of_time or self._stop.is_set()):
+            warnings.warn(f"run ended with {len(board)}/{cfg.budget} entries: no pods left (all removed, or failed "
+                          f"with replace_failed=False); run() again to finish", RuntimeWarning, stacklevel=3)
         return board
+
+    def _reap(self, backend: Any, run: "_RunState") -> None:
+        """Record the pods that ended; a failed one is reported, counted and (by default) replaced."""
+        cfg, board = self.config, self.board
+        for pod, handle in list(run.handles.items()):
+            code = backend.poll(handle)
+            if code is None:
+                continue
+            del run.handles[pod]
+            board.release_tickets(pod)
+            failed = code != 0
+            board.set_pod(pod, status="failed" if failed else "exited", exitcode=code, ended_at=time.time())
+            if failed:
+                run.failures += 1
+                error = board.pod_error(pod)
+                warnings.warn(f"pod {pod} died (exit code {code}); its current generation is lost"
+                              + (f":\n{error}" if error else ""), RuntimeWarning, stacklevel=4)
+                if run.failures > cfg.max_failures:
+                    raise RuntimeError(f"{run.failures} pods died (max_failures={cfg.max_failures}); last error:\n"
+                                       f"{error or f'exit code {code}'}")
+                if not cfg.replace_failed and pod not in run.stopping:
+                    self.remove_pods(1)
+            run.stopping.discard(pod)
+
+    def _check_wind_down(self, run: "_RunState") -> bool:
+        """True once the run should end: out of time, asked to stop, or the budget is spent. The
+        first two ask every pod to stop after its current generation."""
+        cfg = self.config
+        run.out_of_time = cfg.time_budget is not None and time.monotonic() - run.start > cfg.time_budget
+        if (run.out_of_time or self._stop.is_set()) and len(run.stopping) < len(run.handles):
+            self.board.request_stop()
+            run.stopping |= set(run.handles)
+        return run.out_of_time or self._stop.is_set() or self._remaining() <= 0
+
+    def _remaining(self) -> float:
+        budget = self.config.budget
+        return math.inf if budget is None else budget - len(self.board)
+
+    def _scale(self, backend: Any, run: "_RunState", winding_down: bool) -> None:
+        """Start pods up to the target (never more than the entries still missing); ask the
+        newest extra ones to stop after their generation (``remove_pods``)."""
+        active = sorted(set(run.handles) - run.stopping)
+        wanted = 0 if winding_down else min(self._target, self._remaining())
+        while len(active) < wanted:
+            pod = self.board.register_pod()
+            run.handles[pod] = backend.start(PodSpec(str(self.store), pod, self.config, self.make_env,
+                                                     self.make_eval_env, threads=self.config.threads))
+            active.append(pod)
+        for pod in [] if winding_down else active[self._target:]:
+            self.board.request_stop(pod)
+            run.stopping.add(pod)
+
+    def _kill_all(self, backend: Any, run: "_RunState") -> None:
+        """Ctrl-C or an error: kill the pods now. Their tickets are released, their files without
+        rows are orphans, every row on the board is complete."""
+        with _sigint_ignored():  # a second Ctrl-C must not cut this clean-up short
+            for handle in run.handles.values():
+                backend.kill(handle)
+            for pod, handle in run.handles.items():
+                backend.join(handle, timeout=10)
+                self.board.set_pod(pod, status="killed", exitcode=backend.poll(handle), ended_at=time.time())
+            self.board.release_tickets()
 
     @contextlib.contextmanager
     def _driver_lock(self) -> Iterator[None]:
@@ -242,6 +291,17 @@ class Tournament:
         if not agents:
             raise RuntimeError(f"no usable entry on the leaderboard at {self.store}; run() the tournament first")
         return Ensemble(agents)
+
+
+@dataclasses.dataclass
+class _RunState:
+    """What the driver loop tracks between polls."""
+
+    start: float  # time.monotonic() when run() began
+    handles: dict[int, Any] = dataclasses.field(default_factory=dict)  # pod id -> backend handle
+    stopping: set[int] = dataclasses.field(default_factory=set)  # pods asked to stop after their generation
+    failures: int = 0
+    out_of_time: bool = False
 
 
 @contextlib.contextmanager
