@@ -18,7 +18,9 @@ wall-clock up to that evaluation *excluding* time spent evaluating (evaluation c
 is not what we compare); the total including evaluation is printed too. Both use the same torch
 thread count (``--threads``, default 1: on small MLPs a second thread mostly adds overhead, and
 on a shared 2-core machine it adds contention). Runs that never reach the target within
-``--max-steps`` count as that budget's time and are flagged.
+``--max-steps`` count as that budget's time and are flagged. Ours defaults to the preset's
+``total_steps``: the budget the preset promises to solve within, and the run length that its
+learning-rate schedule (``anneal_lr``) is set for.
 
 How to run
 ----------
@@ -53,17 +55,17 @@ class Result:
                 f"{self.env_steps:>8d} env steps, eval return {self.final_return:8.1f}{flag}")
 
 
-def run_podracer(seed: int, target: float, eval_every: int, eval_episodes: int, max_steps: int,
+def run_podracer(seed: int, target: float, eval_every: int, eval_episodes: int, max_steps: int | None,
                  device: str) -> Result:
     import podracer
-    from podracer.agents.ppo import PRESETS
 
-    preset = PRESETS["pendulum"]
+    preset = podracer.get_preset("ppo", "pendulum")
     env = podracer.make_env("pendulum", num_envs=preset.num_envs, device=device)
     eval_env = podracer.make_env("pendulum", num_envs=eval_episodes, device=device)
     podracer.seed_everything(seed)
-    agent = podracer.make_agent("ppo", env, **preset.config)
+    agent = podracer.make_agent("ppo", env, seed=seed, verbose=False)  # picks the "pendulum" preset
     start = time.perf_counter()
+    max_steps = max_steps or preset.total_steps
     _, history = podracer.train(agent, env, max_steps, eval_env=eval_env, eval_every=eval_every, seed=seed,
                                 progress=False, target_return=target)
     wall = time.perf_counter() - start
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=-250.0)
     parser.add_argument("--eval-every", type=int, default=2_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--max-steps-ours", type=int, default=1_000_000)
+    parser.add_argument("--max-steps-ours", type=int, default=None, help="default: the preset's total_steps")
     parser.add_argument("--max-steps-sb3", type=int, default=200_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="device for our PPO (SB3 always runs on the CPU)")
