@@ -233,3 +233,18 @@ def test_numpy_integers_are_sizes_and_seeds_while_floats_and_bools_are_refused()
             podracer.make_env("pendulum", bad)
     with pytest.raises(ValueError, match="seed must be a whole number"):
         env.reset(seed=2.5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a CUDA GPU")
+def test_asking_for_a_gpu_that_is_not_there_names_the_fix(tmp_path):
+    """Found by probing: device="cuda" on a CPU-only torch gave torch's bare AssertionError."""
+    import finance
+
+    env = PendulumVecEnv(2)
+    path = podracer.make_agent("ppo", env, seed=0, verbose=False, **TINY).save(tmp_path / "a.pt")
+    for call in (lambda: podracer.make_env("pendulum", 2, device="cuda"),
+                 lambda: podracer.make_agent("ppo", env, device="cuda"),
+                 lambda: podracer.load_agent(path, device="cuda"),
+                 lambda: finance.prepare_market().env("test", 1, device="cuda")):
+        with pytest.raises(ValueError, match="sees no CUDA GPU.*device='cpu'"):
+            call()

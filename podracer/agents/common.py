@@ -332,5 +332,8 @@ class AgentBase:
     def load(cls, path: str | Path, device: str | torch.device | None = None) -> "AgentBase":
         """The agent saved at ``path``, on ``device`` (default CPU) whatever device it was saved on.
         Read with ``weights_only=True``: a checkpoint never unpickles arbitrary objects."""
-        ckpt = checkpoints.read(path, device=device or "cpu")
+        from podracer.envs.base import resolve_device
+
+        device = resolve_device(device or "cpu")  # a clear error for a GPU this machine does not have
+        ckpt = checkpoints.read(path, device=device)
         return cls.from_checkpoint(ckpt, device)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from podracer.envs.base import resolve_device
 from podracer.presets import Preset, find_preset, get_preset
 
 log = logging.getLogger("podracer")
@@ -122,7 +123,7 @@ def make_agent(agent: str | type, env: Any, device: str | torch.device | None = 
         if verbose:
             _announce(name, preset, chosen, env.num_envs, config)
     cfg = make_config(cls.config_cls, {**(chosen.config if chosen else {}), **config})
-    device = device or env.device
+    device = resolve_device(device or env.device)
     if seed is None:
         new = cls(env.single_observation_space, env.single_action_space, cfg, device=device)
     else:

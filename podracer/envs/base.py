@@ -88,8 +88,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
     """``"cuda"`` -> ``cuda:<current index>`` so that comparing with a tensor's device (always
     indexed) works; other devices unchanged."""
     device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU "
+                             f"(torch.cuda.is_available() is False); use device='cpu', or on a GPU machine install a "
+                             f"CUDA build of torch")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} asked for, but only {torch.cuda.device_count()} CUDA device(s) "
+                             f"are visible")
     return device
 
 
