@@ -63,7 +63,7 @@ def test_make_agent_picks_the_preset_of_a_shipped_env_and_says_so(caplog):
     preset = podracer.get_preset("ppo", "pendulum")
     assert agent.preset == preset
     assert agent.config.learning_rate == preset.config["learning_rate"]
-    assert "preset 'pendulum'" in caplog.text and "num_envs=512" in caplog.text
+    assert "preset 'pendulum'" in caplog.text and f"tuned with num_envs={preset.num_envs}; this env has 8" in caplog.text
 
 
 def test_explicit_preset_none_and_overrides():
