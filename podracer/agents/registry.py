@@ -9,15 +9,13 @@ Entries are import paths, so importing the registry does not import every algori
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any
 
 import torch
 
 from podracer.envs.base import resolve_device
+from podracer.logs import announce
 from podracer.presets import Preset, find_preset, get_preset
-
-log = logging.getLogger("podracer")
 
 # name -> (module:Class, action space, paper). The README's agent table is built from this.
 AGENTS: dict[str, tuple[str, str, str]] = {
@@ -136,20 +134,8 @@ def make_agent(agent: str | type, env: Any, device: str | torch.device | None = 
 
 
 def _announce(agent: str, task: str, preset: Preset, num_envs: int, overrides: dict[str, Any]) -> None:
-    _ensure_log_handler()
     changed = sorted(k for k, v in overrides.items() if preset.config.get(k, object()) != v)
     extra = f", with your overrides {changed}" if changed else ""
     envs = "" if num_envs == preset.num_envs else f" (tuned with num_envs={preset.num_envs}; this env has {num_envs})"
-    log.info(f"podracer: {agent} uses preset {task!r}{extra}{envs}; budget {preset.total_steps:,} env steps. "
+    announce(f"podracer: {agent} uses preset {task!r}{extra}{envs}; budget {preset.total_steps:,} env steps. "
              f"preset=None for plain defaults")
-
-
-def _ensure_log_handler() -> None:
-    """Show podracer's INFO lines once by default (a notebook or script user should see which
-    preset was picked), unless the application configured the "podracer" logger itself."""
-    if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        log.addHandler(handler)
-        if log.level == logging.NOTSET:
-            log.setLevel(logging.INFO)

@@ -1,0 +1,57 @@
+"""Backend ``"gymnasium"``: gymnasium's own MuJoCo v5 tasks in a vector env, through Podracer's
+gymnasium adapter (same-step autoreset, dense ``final_obs``).
+
+The reference definitions, and the fallback when envpool is missing. Slower than envpool: one
+Python MuJoCo env per sub-env, stepped in turn (``vectorization_mode="async"`` runs them in
+subprocesses instead).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from locomotion.optional import import_optional
+from locomotion.tasks import Task
+from podracer.envs import GymVecEnvAdapter
+
+
+class GymnasiumVecEnv(GymVecEnvAdapter):
+    """The gymnasium adapter, plus the task name and the seed given at construction.
+
+    ``seed`` given here applies to the first ``reset()`` (sub-env i gets seed + i), so
+    ``make_env(..., seed=s).reset()`` equals ``reset(seed=s)``, as with envpool.
+    """
+
+    backend = "gymnasium"
+
+    def __init__(self, vec_env: gym.vector.VectorEnv, task: Task, device: str | torch.device = "cpu",
+                 seed: int | None = None, max_episode_steps: int | None = None, validate_actions: bool = True):
+        super().__init__(vec_env, device=device, validate_actions=validate_actions)
+        self.task = task.key  # make_agent picks presets by this name
+        self.max_episode_steps = int(max_episode_steps or task.max_episode_steps)
+        self._first_seed = seed
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        if seed is None:
+            seed = self._first_seed
+        self._first_seed = None
+        return super().reset(seed=seed, options=options)
+
+
+def make_gymnasium_env(task: Task, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                       max_episode_steps: int | None = None, vectorization_mode: str = "sync",
+                       **task_kwargs: Any) -> GymnasiumVecEnv:
+    """``task`` as gymnasium's v5 env in a same-step-autoreset vector env, in the tensor protocol.
+    ``task_kwargs`` are the v5 env's options (``reset_noise_scale=0.0``, ...)."""
+    import_optional("mujoco", "gymnasium")
+    steps = int(max_episode_steps or task.max_episode_steps)
+    vec = gym.make_vec(task.gym_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+                       max_episode_steps=steps, **task_kwargs)
+    return GymnasiumVecEnv(vec, task, device=device, seed=seed, max_episode_steps=steps)
+
+
+__all__ = ["GymnasiumVecEnv", "make_gymnasium_env"]
