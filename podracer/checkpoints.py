@@ -31,13 +31,39 @@ class CheckpointMissingError(CheckpointError, FileNotFoundError):
     may come back (a restored backup, a slow network filesystem), so callers must not flag it."""
 
 
+def dumps(ckpt: dict[str, Any]) -> tuple[bytes, str]:
+    """``(bytes, sha256 hex digest)`` of ``ckpt`` as ``write`` stores it: what travels between
+    machines (the Ray backend) is exactly what lands on disk."""
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def loads(data: bytes, checksum: str | None = None, device: str | torch.device = "cpu",
+          source: str = "<bytes>") -> dict[str, Any]:
+    """Inverse of ``dumps``: with ``checksum``, refuse bytes whose sha256 differs; refuse anything
+    ``torch.load(weights_only=True)`` rejects or that is not an agent checkpoint. ``source`` names
+    where the bytes came from in the error."""
+    if checksum is not None:
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != checksum:
+            raise CheckpointError(f"checkpoint {source} fails its checksum (sha256 {actual[:12]}..., "
+                                  f"recorded {checksum[:12]}...): truncated or altered on disk or in transit")
+    try:
+        ckpt = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
+    except Exception as e:  # any unpickling error means the same thing here: unusable bytes
+        raise CheckpointError(f"checkpoint {source} cannot be loaded: {type(e).__name__}: {e}") from e
+    if not isinstance(ckpt, dict) or "state" not in ckpt:
+        raise CheckpointError(f"checkpoint {source} is not an agent checkpoint (no 'state' key)")
+    return ckpt
+
+
 def write(ckpt: dict[str, Any], path: str | Path) -> str:
     """Atomically write ``ckpt`` to ``path``; return the sha256 hex digest of the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save(ckpt, buffer)
-    data = buffer.getvalue()
+    data, digest = dumps(ckpt)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -45,7 +71,7 @@ def write(ckpt: dict[str, Any], path: str | Path) -> str:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)  # make the rename itself durable, not only the bytes
-    return hashlib.sha256(data).hexdigest()
+    return digest
 
 
 def read(path: str | Path, checksum: str | None = None, device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -63,18 +89,7 @@ def read(path: str | Path, checksum: str | None = None, device: str | torch.devi
                                      f"runs keeps them under <log_dir>/checkpoints/)") from e
     except OSError as e:
         raise CheckpointMissingError(f"cannot read checkpoint {path}: {e}") from e
-    if checksum is not None:
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != checksum:
-            raise CheckpointError(f"checkpoint {path} fails its checksum (sha256 {actual[:12]}..., "
-                                  f"recorded {checksum[:12]}...): truncated or altered on disk")
-    try:
-        ckpt = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
-    except Exception as e:  # any unpickling error means the same thing here: unusable file
-        raise CheckpointError(f"checkpoint {path} cannot be loaded: {type(e).__name__}: {e}") from e
-    if not isinstance(ckpt, dict) or "state" not in ckpt:
-        raise CheckpointError(f"checkpoint {path} is not an agent checkpoint (no 'state' key)")
-    return ckpt
+    return loads(data, checksum, device, source=str(path))
 
 
 def _fsync_dir(directory: Path) -> None:

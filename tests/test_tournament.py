@@ -440,8 +440,8 @@ def test_env_factories_must_be_picklable(tmp_path):
 
     with pytest.raises(ValueError, match="importable"):
         Tournament(make_env, make_eval_env, agent=LocalAgent, store=tmp_path)
-    with pytest.raises(NotImplementedError, match="Ray backend"):
-        Tournament(make_env, make_eval_env, store=tmp_path, backend="ray")
+    with pytest.raises(ValueError, match="unknown backend"):
+        Tournament(make_env, make_eval_env, store=tmp_path, backend="slurm")
 
 
 def test_config_yaml_round_trip_and_store_mismatch(tmp_path):

@@ -11,11 +11,10 @@ The interface, for anyone adding one::
         def join(self, handle, timeout) -> None    # wait for it to end (up to timeout seconds)
         def close(self) -> None                    # release the backend's own resources
 
-A Ray backend would implement it with ``ray.remote(pod_main).options(num_cpus=spec.threads,
-num_gpus=...).remote(spec)``: ``poll`` maps to ``ray.wait([ref], timeout=0)`` (0 after a clean
-return, 1 on a task error), ``kill`` to ``ray.cancel(ref, force=True)``. It needs the store on a
-filesystem every node shares, with working POSIX locks for SQLite (not NFS), or the leaderboard
-behind a small server; that is why it is not here yet. User code does not change:
+Two backends: ``LocalBackend`` (spawned processes sharing the store on this machine's disk) and
+``RayBackend`` in ``ray_backend.py`` (Ray actors on one machine or a cluster; the store stays on
+the head node, served to the pods by an actor, see there). A backend may hand the pod a board
+other than ``Leaderboard(store)`` through ``PodSpec.board``. User code does not change:
 ``Tournament(..., backend="ray")``.
 """
 
@@ -24,8 +23,10 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+from pathlib import Path
 from typing import Any, Protocol
 
+from podracer.tournament.config import BACKENDS, TournamentConfig
 from podracer.tournament.pod import PodSpec, pod_main
 
 
@@ -68,10 +69,31 @@ class LocalBackend:
         """Nothing held beyond the processes, which the tournament joins or kills itself."""
 
 
-def make_backend(name: str) -> Backend:
-    if name == "local":
-        return LocalBackend()
+RAY_INSTALL = 'pip install "podracer-rl[cluster]"'
+
+
+def check_backend(name: str) -> None:
+    """Fail now, with the fix, if backend ``name`` is unknown or cannot run here (Ray missing)."""
     if name == "ray":
-        raise NotImplementedError("the Ray backend is not implemented yet; use backend='local'. The interface it "
-                                  "will implement is documented in podracer/tournament/backends.py")
-    raise ValueError(f"unknown backend {name!r}; use 'local'")
+        _ray_backend()
+    elif name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; use one of {BACKENDS}")
+
+
+def make_backend(config: TournamentConfig, store: str | Path) -> Backend:
+    """The backend ``config.backend`` for a run on ``store``; ``close()`` it when the run ends."""
+    check_backend(config.backend)
+    if config.backend == "ray":
+        return _ray_backend().RayBackend(config, store)
+    return LocalBackend()
+
+
+def _ray_backend() -> Any:
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"backend='ray' needs Ray, which is not installed here ({e}); install the cluster "
+                          f"extra: {RAY_INSTALL}") from e
+    from podracer.tournament import ray_backend
+
+    return ray_backend

@@ -21,12 +21,14 @@ import yaml
 from podracer.agents.registry import AGENTS, agent_name, import_path, resolve_agent
 from podracer.tournament.selection import SELECTIONS
 
-__all__ = ["RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "agent_name", "callable_name", "callable_spec",
-           "check_picklable", "check_trusted", "import_path", "resolve_agent", "resolve_callable"]
+__all__ = ["BACKENDS", "RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "agent_name", "callable_name",
+           "callable_spec", "check_picklable", "check_trusted", "import_path", "resolve_agent", "resolve_callable"]
 
 # Fields that may differ between two runs on the same store (resuming with a bigger budget or
 # more pods is fine); any other difference means a different experiment and is refused.
-RUN_FIELDS = ("pods", "generations", "time_budget", "threads_per_pod", "replace_failed", "max_failures", "backend")
+RUN_FIELDS = ("pods", "generations", "time_budget", "threads_per_pod", "replace_failed", "max_failures", "backend",
+              "gpus_per_pod", "address")
+BACKENDS = ("local", "ray")
 
 
 @dataclasses.dataclass
@@ -49,7 +51,9 @@ class TournamentConfig:
     eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
     replace_failed: bool = True  # start a new pod when one dies
     max_failures: int = 5  # give up (raise) after this many pod deaths in one run
-    backend: str = "local"  # "local" (processes on this machine); "ray" is planned
+    backend: str = "local"  # "local" (processes on this machine) or "ray" (Ray actors, one machine or a cluster)
+    gpus_per_pod: float = 0.0  # ray: GPUs each pod asks Ray for, fractions allowed (0.25: four pods share one)
+    address: str | None = None  # ray: cluster to join ("auto", "10.0.0.1:6379"); None: $RAY_ADDRESS or a local one
     make_env: dict[str, Any] | None = None  # import spec of the env factory, filled in by Tournament
     make_eval_env: dict[str, Any] | None = None
 
@@ -70,6 +74,13 @@ class TournamentConfig:
             raise ValueError("explore_prob and resample_prob are probabilities: use values in [0, 1]")
         if self.top_k < 1 or self.temperature <= 0 or any(f <= 0 for f in self.perturb_factors):
             raise ValueError("top_k must be >= 1, temperature > 0 and perturb_factors positive")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; use one of {BACKENDS}")
+        if self.gpus_per_pod < 0:
+            raise ValueError(f"gpus_per_pod must be >= 0, got {self.gpus_per_pod}")
+        if self.backend == "local" and (self.gpus_per_pod or self.address):
+            raise ValueError(f"gpus_per_pod={self.gpus_per_pod} and address={self.address!r} are settings of "
+                             f"backend='ray'; use backend='ray', or gpus_per_pod=0 and address=None with 'local'")
 
     @property
     def budget(self) -> int | None:
@@ -187,6 +198,8 @@ TRUSTED_CALLABLES: frozenset[str] = frozenset({
     "finance.env:StockTradingVecEnv",
     "finance.demo:train_env",  # the trading demo and notebook 06
     "finance.demo:eval_env",
+    "locomotion.make:make_env",  # locomotion.make_env: its keyword arguments only reach gym.make / envpool
+    "locomotion:make_env",
 })
 
 

@@ -11,6 +11,10 @@ A pod started by the local backend watches its driver: when the driver process i
 even by SIGKILL), the pod releases its ticket and exits within a second instead of finishing a
 generation nobody will collect. Should its result reach the board anyway after a new driver took
 over the store, the board refuses it (``TicketError``: the ticket was released) and the pod stops.
+
+A pod does not know which backend runs it: it talks to whatever ``spec.open_board()`` returns,
+the ``Leaderboard`` on a shared store (local backend) or a client with the same methods
+(``ray_backend.RemoteLeaderboard``, which reaches the store through an actor on the head node).
 """
 
 from __future__ import annotations
@@ -52,12 +56,18 @@ class PodSpec:
     make_eval_env: Callable[[], Any]
     threads: int = 1  # torch intra-op threads: this pod's share of the CPU
     parent_pid: int | None = None  # the driver's pid (local backend): an orphaned pod stops
+    board: Callable[[], Any] | None = None  # opens the pod's leaderboard (set by the backend); None: Leaderboard(store)
+
+    def open_board(self) -> Any:
+        """The leaderboard this pod claims from and submits to: ``claim``, ``top``, ``load_agent``,
+        ``submit``, ``set_pod`` and ``release_tickets`` behave as ``Leaderboard``'s."""
+        return Leaderboard(self.store) if self.board is None else self.board()
 
 
 class Pod:
     def __init__(self, spec: PodSpec):
         self.spec, self.config = spec, spec.config
-        self.board = Leaderboard(spec.store)
+        self.board = spec.open_board()
         self.agent_cls = resolve_agent(self.config.agent)
         self.env = spec.make_env()
         self.eval_env = spec.make_eval_env()
@@ -151,10 +161,11 @@ def watch_driver(spec: PodSpec, interval_s: float = WATCHDOG_INTERVAL_S) -> thre
 def pod_main(spec: PodSpec) -> None:
     """Entry point of a pod process (any backend). Errors are recorded in the board's pod table."""
     # Ctrl-C in a terminal reaches the whole process group: the driver alone decides what stops.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if threading.current_thread() is threading.main_thread():  # only there may signal handlers change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(spec.threads)
     watch_driver(spec)
-    board = Leaderboard(spec.store)
+    board = spec.open_board()
     board.set_pod(spec.pod_id, pid=os.getpid())
     try:
         Pod(spec).run()

@@ -23,7 +23,7 @@ from podracer.agents.common import make_config
 from podracer.agents.registry import agent_name, resolve_agent
 from podracer.checkpoints import CheckpointError
 from podracer.presets import get_preset
-from podracer.tournament.backends import make_backend
+from podracer.tournament.backends import check_backend, make_backend
 from podracer.tournament.config import (TournamentConfig, callable_spec, check_picklable, check_trusted,
                                         resolve_callable)
 from podracer.tournament.ensemble import Ensemble
@@ -45,6 +45,10 @@ class Tournament:
     must be picklable (module-level functions or ``functools.partial``) because every pod is a
     new process. Any other ``TournamentConfig`` field can be passed as a keyword argument.
     ``store`` is a directory: run again with the same store and settings to resume.
+
+    ``backend="local"`` runs pods as processes on this machine; ``backend="ray"`` as Ray actors
+    on this machine or a cluster (``address=`` or ``$RAY_ADDRESS``, ``gpus_per_pod=``), the store
+    staying on this machine (see ``ray_backend.py``). Nothing else changes.
     """
 
     def __init__(self, make_env: Callable[[], Any], make_eval_env: Callable[[], Any], agent: str | type = "ppo",
@@ -62,7 +66,7 @@ class Tournament:
         make_config(agent_cls.config_cls, self.config.agent_config)  # unknown keys: an error now, not in every pod
         if self.config.preset not in ("auto", None):
             get_preset(agent_cls, self.config.preset)  # an unknown preset too
-        make_backend(backend)  # an unknown or unavailable backend fails here, not in run()
+        check_backend(self.config.backend)  # an unknown or unavailable backend fails here, not in run()
         self.store = Path(store)
         self.board = Leaderboard(self.store)
         saved = self.store / "tournament.yaml"
@@ -169,7 +173,7 @@ class Tournament:
         """The driver loop: take the store over, then every ``poll_s`` reap the pods that ended,
         wind down when out of time or asked to stop, and start or stop pods to match the target."""
         cfg, board = self.config, self.board
-        backend = make_backend(cfg.backend)
+        backend = make_backend(cfg, self.store)
         run = _RunState(start=time.monotonic())
         board.set_budget(cfg.budget)
         board.release_tickets()  # tickets of an earlier driver's pods: those generations are lost

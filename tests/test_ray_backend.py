@@ -1,0 +1,418 @@
+"""The Ray backend: a tournament finishes with exactly its budget and leaves a store the local
+backend reads, checkpoints travel as checked bytes, a pod actor killed mid-generation loses
+nothing on the board, a two-node cluster on loopback survives losing a node (and a node started
+again gets pods), and without Ray the error names the install command.
+
+Starting Ray costs ~10 s on a busy 2-core machine (a `ray start` node as much), so Ray starts
+four times in all: by the backend itself (no Ray initialised: it must start a local instance and
+shut it down), as a head and a second node (twice) for the cluster test, and once by a module
+fixture the last tests share (the backend must then leave it running). Every wait has a timeout.
+Every Ray process started here is stopped: ray.shutdown for the in-process instances, SIGKILL of
+exactly the sessions `ray start` created for the cluster (never `ray stop`, which would stop
+every Ray on the machine).
+"""
+
+import contextlib
+import functools
+import importlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import podracer
+from podracer.agents.ppo import PRESETS
+from podracer.checkpoints import CheckpointError
+from podracer.tournament import Leaderboard, TicketError, Tournament, TournamentConfig
+
+ray = pytest.importorskip("ray")
+from podracer.tournament import ray_backend  # noqa: E402  (needs ray)
+
+TINY_PPO = {**PRESETS["pendulum"].config, "hidden_sizes": (16,), "update_epochs": 2}
+make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
+make_small_eval_env = functools.partial(podracer.make_env, "pendulum", num_envs=4)
+
+
+def small_ray_tournament(store, generations=3, pods=2, **kw):
+    """The small settings of tests/test_tournament.py on backend='ray': generations of ~1 s."""
+    return Tournament(make_small_env, make_small_eval_env, agent="ppo", pods=pods, generation_steps=4096,
+                      generations=generations, store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1,
+                      backend="ray", **kw)
+
+
+def wait_for(condition, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def assert_consistent(board: Leaderboard, budget: int) -> None:
+    """Exactly ``budget`` whole entries, one per ticket, none in flight, lineage closed and coherent."""
+    assert board.integrity_check() == "ok"
+    assert board.in_flight() == 0
+    assert board.verify() == []
+    entries = board.entries()
+    assert len(entries) == budget
+    assert len({e.ticket for e in entries}) == budget and len({e.checksum for e in entries}) == budget
+    by_id = {e.id: e for e in entries}
+    for e in entries:
+        if e.parent_id is None:
+            assert e.generation == 0 and e.changes == {}
+            continue
+        parent = by_id[e.parent_id]
+        assert e.generation == parent.generation + 1 and e.env_steps >= parent.env_steps + 4096
+        for name, (old, new) in e.changes.items():
+            assert parent.hparams[name] == pytest.approx(old) and e.hparams[name] == pytest.approx(new)
+
+
+def test_ray_tournament_starts_its_own_ray_finishes_the_budget_and_leaves_a_local_store(tmp_path):
+    assert not ray.is_initialized()  # the backend must start a local instance, then shut it down
+    t = small_ray_tournament(tmp_path)
+    try:
+        t.run(progress=None)
+    finally:
+        if ray.is_initialized():  # only if the backend failed to: never leave Ray running
+            ray.shutdown()
+            pytest.fail("the ray backend left the Ray instance it started running")
+    board = Leaderboard(tmp_path)  # the local backend's class reads a Ray run's store
+    assert_consistent(board, 6)
+    pods = board.pods()
+    assert len(pods) == 2 and (pods["exitcode"] == 0).all() and (pods["status"] == "exited").all()
+    assert max(e.generation for e in board.entries()) >= 1  # pods did draw parents through the server
+
+    torch.set_num_threads(1)
+    best_entry = board.top(1)[0]
+    score = podracer.evaluate(t.best(), make_small_eval_env(), seed=t.config.eval_seed)["eval/return_mean"]
+    assert score == pytest.approx(best_entry.score, rel=0.05)  # the same validation episodes
+    ensemble = t.ensemble(3)
+    obs = make_small_eval_env().reset(seed=0)[0]
+    members = torch.stack([a.act(obs, deterministic=True) for a in ensemble.agents])
+    torch.testing.assert_close(ensemble(obs), members.mean(0))
+
+
+def test_without_ray_the_error_names_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError, as when not installed
+    with pytest.raises(ImportError, match=r'pip install "podracer-rl\[cluster\]"'):
+        small_ray_tournament(tmp_path)
+    with pytest.raises(ValueError, match="settings of backend='ray'"):
+        TournamentConfig(backend="local", gpus_per_pod=0.5)
+    with pytest.raises(ValueError, match="unknown backend"):
+        TournamentConfig(backend="slurm")
+
+
+def test_a_ray_client_address_is_refused_before_connecting():
+    if ray.is_initialized():
+        pytest.skip("needs no Ray connected in this process")
+    with pytest.raises(ValueError, match="Ray Client address"):
+        ray_backend.connect(TournamentConfig(backend="ray", address="ray://head:10001"))
+    assert not ray.is_initialized()
+
+
+# A module outside Podracer that the Ray workers import (the fixtures put it on their PYTHONPATH):
+# its env's step waits while the file `hold` exists, so a test knows for sure that a pod is
+# mid-generation.
+HELD_MODULE = "podracer_test_ray_held_env"
+HELD_CODE = """
+import os
+import time
+
+from podracer.envs import PendulumVecEnv
+
+
+class HeldPendulum(PendulumVecEnv):
+    def __init__(self, num_envs, hold):
+        super().__init__(num_envs=num_envs)
+        self.hold = hold
+
+    def step(self, actions):
+        while os.path.exists(self.hold):
+            time.sleep(0.05)
+        return super().step(actions)
+
+
+def make_pendulum(num_envs, hold):
+    return HeldPendulum(num_envs, hold)
+"""
+
+
+# ---------------------------------------------------------------------------- a two-node cluster on loopback
+NODE_PORTS = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+              "runtime-env-agent-port", "metrics-export-port")
+# The GCS declares a node dead after ~2 s of missed health checks instead of ~30 s.
+FAST_NODE_DEATH = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "500",
+                   "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "4"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LoopbackCluster:
+    """A head and a second node started with `ray start` on this machine, each in a session of
+    its own (so that stopping one kills exactly its processes), with its own temp dir and ports,
+    1 CPU and 1 logical GPU. Token auth with a token of its own (never ~/.ray/auth_token)."""
+
+    def __init__(self, root: str, code_dir: str):
+        self.root, self.sessions = root, []
+        self.gcs_port = _free_port()
+        self.address = f"127.0.0.1:{self.gcs_port}"
+        self.env = {**os.environ, **FAST_NODE_DEATH, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
+                    "PYTHONPATH": os.pathsep.join(p for p in (code_dir, os.environ.get("PYTHONPATH")) if p)}
+        self.env.pop("RAY_ADDRESS", None)
+        self.head = self._start("head", "--head", f"--port={self.gcs_port}", f"--ray-client-server-port={_free_port()}",
+                                "--include-dashboard=false")
+        self.node2 = self.start_node2()
+
+    def _start(self, name: str, *args: str) -> int:
+        temp = tempfile.mkdtemp(prefix=f"{name}-", dir=self.root)  # short: Ray's socket paths must fit 107 chars
+        command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", *args, f"--temp-dir={temp}",
+                   "--num-cpus=1", "--num-gpus=1", "--object-store-memory=100000000", "--disable-usage-stats",
+                   *(f"--{p}={_free_port()}" for p in NODE_PORTS)]
+        process = subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        self.sessions.append(process.pid)  # the session's id: every process `ray start` leaves behind is in it
+        out = process.communicate(timeout=180)[0]
+        assert process.returncode == 0, f"ray start {name} failed:\n{out[-3000:]}"
+        return process.pid
+
+    def start_node2(self) -> int:
+        self.node2 = self._start("node2", f"--address={self.address}")
+        return self.node2
+
+    def stop_node2(self) -> None:
+        """SIGKILL the second node's raylet and its helpers (its workers exit when their raylet is gone)."""
+        _killpg(self.node2)
+
+    def close(self) -> None:
+        for session in self.sessions:
+            _killpg(session)
+        deadline = time.monotonic() + 30
+        while any(_group_alive(s) for s in self.sessions) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def _killpg(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def loopback_cluster(tmp_path):
+    code_dir = tmp_path / "held_code"
+    code_dir.mkdir()
+    (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
+    root = tempfile.mkdtemp(prefix="prc-")
+    cluster = None
+    try:
+        cluster = LoopbackCluster(root, str(code_dir))
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.close()
+        else:  # a failed `ray start`: its sessions are not known to a cluster object
+            for pid in _sessions_under(root):
+                _killpg(pid)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _sessions_under(root: str) -> set[int]:
+    """Session ids of the processes whose command line names ``root`` (only for a failed start)."""
+    sessions = set()
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            with contextlib.suppress(OSError):
+                if root.encode() in Path(f"/proc/{proc}/cmdline").read_bytes():
+                    sessions.add(os.getsid(int(proc)))
+    return sessions
+
+
+CLUSTER_DRIVER = """
+import functools
+import sys
+
+import podracer
+from podracer.tournament import Tournament
+from {module} import make_pendulum
+
+if __name__ == "__main__":
+    store, hold = sys.argv[1], sys.argv[2]
+    Tournament(functools.partial(make_pendulum, 16, hold), functools.partial(podracer.make_env, "pendulum", num_envs=4),
+               agent="ppo", pods=2, generation_steps=4096, generations=2, store=store, agent_config={config!r},
+               threads_per_pod=1, gpus_per_pod=0.5, seed=1, backend="ray").run(progress=None)
+"""
+
+
+def _board_rows(store, sql: str) -> list[tuple]:
+    """Rows of the store's board read without creating anything ([] before the driver made it)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{store / 'board.sqlite'}?mode=ro", uri=True)) as db:
+            return db.execute(sql).fetchall()
+    except sqlite3.OperationalError:
+        return []
+
+
+def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, loopback_cluster):
+    """Pods on both nodes (1 CPU each) block mid-generation; the second node is SIGKILLed: its pod's
+    generation is lost, a replacement waits for room and gets the second node once it is back."""
+    cluster = loopback_cluster
+    store, hold = tmp_path / "store", tmp_path / "hold"
+    hold.touch()
+    script = tmp_path / "driver.py"
+    script.write_text(CLUSTER_DRIVER.format(module=HELD_MODULE, config=TINY_PPO))
+    log_path = tmp_path / "driver.log"
+    tickets = lambda: _board_rows(store, "SELECT pod, id FROM tickets ORDER BY id")  # noqa: E731
+    with open(log_path, "w") as log:
+        driver = subprocess.Popen([sys.executable, str(script), str(store), str(hold)], stdout=log,
+                                  stderr=subprocess.STDOUT, env={**cluster.env, "RAY_ADDRESS": cluster.address})
+    try:
+        def running() -> bool:
+            return driver.poll() is None or pytest.fail(f"the driver exited:\n{log_path.read_text()[-5000:]}")
+
+        wait_for(lambda: running() and len(tickets()) == 2, timeout=180, what="a pod on each node, mid-generation")
+        first = dict(tickets())
+        cluster.stop_node2()
+        wait_for(lambda: running() and _board_rows(store, "SELECT id FROM pods WHERE status = 'failed'"), timeout=60,
+                 what="the driver to see the pod of the lost node die")
+        cluster.start_node2()
+        wait_for(lambda: running() and any(pod not in first for pod, _ in tickets()), timeout=180,
+                 what="the replacement pod to start on the restarted node")
+        hold.unlink()
+        driver.wait(timeout=240)
+    finally:
+        hold.unlink(missing_ok=True)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=60)
+    assert driver.returncode == 0, log_path.read_text()[-5000:]
+    board = Leaderboard(store)
+    assert_consistent(board, 4)  # the lost generation was trained again: nothing lost, nothing twice
+    pods = board.pods()
+    (lost,) = pods.index[pods["status"] == "failed"]
+    assert pods.loc[lost, "exitcode"] == ray_backend.POD_LOST_EXIT_CODE and lost in first
+    assert len(pods) == 3 and (pods.drop(lost)["exitcode"] == 0).all()
+    assert first[lost] not in {e.ticket for e in board.entries()}  # its ticket was released, never submitted
+
+
+# ---------------------------------------------------------------------------- one local Ray, shared
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    """A local Ray instance of 2 CPUs for the tests after the first, whose workers can import
+    HELD_MODULE; shut down at the end. Yields the held env's module."""
+    assert not ray.is_initialized()
+    code_dir = tmp_path_factory.mktemp("held_code")
+    (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
+    sys.path.insert(0, str(code_dir))
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"PYTHONPATH": str(code_dir)}})
+    try:
+        yield importlib.import_module(HELD_MODULE)
+    finally:
+        ray.shutdown()
+        sys.path.remove(str(code_dir))
+        sys.modules.pop(HELD_MODULE, None)
+
+
+def test_checkpoints_travel_as_bytes_and_are_checked_on_arrival(tmp_path, local_ray):
+    board = Leaderboard(tmp_path)
+    server = ray.remote(ray_backend.LeaderboardServer).options(num_cpus=0).remote(str(tmp_path))
+    try:
+        client = ray_backend.RemoteLeaderboard(server)
+        agent = podracer.make_agent("ppo", make_small_env(), seed=0, **TINY_PPO)
+        board.set_budget(2)
+        pod = board.register_pod()
+        ticket = client.claim(pod)
+        entry = client.submit(agent, -500.0, agent_name="ppo", pod=pod, ticket=ticket)
+        assert board.get(entry.id) == entry and board.load_agent(entry.id) is not None  # the store's own files
+        with pytest.raises(TicketError, match="not claimed any more"):  # the board's errors arrive as they are
+            client.submit(agent, -400.0, agent_name="ppo", pod=pod, ticket=ticket)
+
+        data, checksum = ray_backend.checkpoint_bytes(agent.checkpoint())
+        with pytest.raises(CheckpointError, match="fails its checksum"):  # altered in transit: refused
+            ray.get(server.submit.remote(data[:-1] + b"x", checksum, -1.0, agent_name="ppo"))
+        assert len(board) == 1 and len(list(board.checkpoint_dir.iterdir())) == 1
+
+        loaded = client.load_agent(entry.id)
+        obs = make_small_env().reset(seed=0)[0]
+        torch.testing.assert_close(loaded.act(obs, deterministic=True), agent.act(obs, deterministic=True))
+        path = board.store / entry.checkpoint
+        path.write_bytes(path.read_bytes()[:100])  # damaged on the head node's disk
+        with pytest.warns(RuntimeWarning, match=f"entry {entry.id} skipped"), pytest.raises(CheckpointError):
+            client.load_agent(entry.id)
+        assert board.get(entry.id).corrupt
+    finally:
+        ray.kill(server)
+
+
+def test_pod_actor_killed_mid_generation_loses_nothing_on_the_board(tmp_path, local_ray):
+    hold = tmp_path / "hold"
+    hold.touch()  # both pods block in their first env step: mid-generation for sure
+    store = tmp_path / "store"
+    t = Tournament(functools.partial(local_ray.make_pendulum, 16, str(hold)), make_small_eval_env, agent="ppo",
+                   pods=2, generation_steps=4096, generations=2, store=store, agent_config=TINY_PPO,
+                   threads_per_pod=1, seed=1, backend="ray")
+    killed = {}
+
+    def kill_one():
+        wait_for(lambda: len(_tickets(t.board)) == 2, what="both pods in their first generation")
+        killed["pod"], killed["ticket"] = _tickets(t.board)[0]
+        pid = int(t.board.pods().loc[killed["pod"], "pid"])
+        ray.kill(ray.get_actor(ray_backend.pod_actor_name(store, killed["pod"])))
+        wait_for(lambda: not _alive(pid), timeout=60, what="the killed pod's process to end")
+        hold.unlink()  # only now: the other pod (and the replacement) train on
+
+    killer = threading.Thread(target=kill_one, daemon=True)
+    killer.start()
+    try:
+        with pytest.warns(RuntimeWarning, match="died"):
+            t.run(progress=None)
+    finally:
+        hold.unlink(missing_ok=True)
+        killer.join(timeout=60)
+    assert killed, "the killer thread found no pod mid-generation"
+    pods = t.board.pods()
+    assert pods.loc[killed["pod"], "status"] == "failed"
+    assert pods.loc[killed["pod"], "exitcode"] == ray_backend.POD_LOST_EXIT_CODE
+    assert len(pods) == 3  # the dead pod was replaced
+    entries = t.board.entries()
+    assert killed["ticket"] not in {e.ticket for e in entries}  # its generation is lost, and only that
+    assert killed["pod"] not in {e.pod for e in entries}
+    assert_consistent(t.board, 4)  # exactly the budget: the lost generation was trained again, nothing twice
+    assert ray.is_initialized()  # the backend leaves a Ray it did not start running
+
+
+def _tickets(board: Leaderboard) -> list[tuple[int, int]]:
+    """(pod, ticket) of the generations in flight, oldest first."""
+    with sqlite3.connect(board.path) as db:
+        return list(db.execute("SELECT pod, id FROM tickets ORDER BY id"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
