@@ -50,11 +50,13 @@ def eval_env(market: MarketData, split: str = "valid") -> Any:
 
 
 def run_tournament(market: MarketData, store: Path, pods: int, generation_steps: int, generations: int,
-                   seed: int = 0) -> podracer.Tournament:
+                   seed: int = 0, backend: str = "local", address: str | None = None) -> podracer.Tournament:
+    # The market travels inside the partials: pickled to each pod (a Ray worker on another node
+    # too), so no node needs the price files.
     tournament = podracer.Tournament(functools.partial(train_env, market), functools.partial(eval_env, market),
                                      agent="ppo", pods=pods, generation_steps=generation_steps,
                                      generations=generations, store=store, agent_config=dict(PRESET.config),
-                                     seed=seed, threads_per_pod=1)
+                                     seed=seed, threads_per_pod=1, backend=backend, address=address)
     tournament.run(progress="auto")
     return tournament
 
@@ -89,6 +91,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--pods", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=3, help="single-pod PPO seeds for the spread of metrics")
     parser.add_argument("--size", default=size, choices=sorted(SIZES))
+    parser.add_argument("--backend", default="local", choices=["local", "ray"], help="where the pods run")
+    parser.add_argument("--address", default=None, help='ray: cluster to join ("auto" on a cluster node)')
     args = parser.parse_args(argv)
     sizes = SIZES[args.size]
     out = Path(args.out)
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     print(f"\ntournament: {args.pods} PPO pods x {sizes['generations']} generations x "
           f"{sizes['generation_steps']:,} env steps")
-    tournament = run_tournament(market, store, args.pods, sizes["generation_steps"], sizes["generations"])
+    tournament = run_tournament(market, store, args.pods, sizes["generation_steps"], sizes["generations"],
+                                backend=args.backend, address=args.address)
     board = tournament.board.to_frame()
     board.to_csv(out / "leaderboard.csv")  # the index is the entry id
 

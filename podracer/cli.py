@@ -1,10 +1,13 @@
 """The ``podracer`` console command (also ``python -m podracer``).
 
-Train one pod and evaluate it, or evaluate a saved checkpoint::
+Train one pod and evaluate it, evaluate a saved checkpoint, or run a tournament of pods on
+this machine or a Ray cluster (the same command with ``--backend ray``)::
 
     podracer train ppo pendulum --steps 300000 --num-envs 256 --seed 0 --log-dir runs/ppo_pendulum
     podracer train ppo cartpole --set learning_rate=1e-3 --set hidden_sizes=[128,128]
     podracer eval runs/ppo_pendulum/checkpoints/last.pt pendulum --episodes 32
+    podracer tournament ppo pendulum --pods 4 --generations 5 --store runs/t_pendulum
+    podracer tournament ppo pendulum --pods 16 --generations 5 --backend ray --address auto
 
 ``ENV`` is a tensor env ("pendulum", "cartpole") or any registered gymnasium id (through the
 adapter). When the agent has a tuned preset for ``ENV`` (``podracer.presets()``), its config,
@@ -107,6 +110,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tournament(args: argparse.Namespace) -> int:
+    import functools
+
+    import podracer
+    from podracer.agents.registry import resolve_agent
+    from podracer.presets import find_preset
+
+    try:
+        agent_cls = resolve_agent(args.agent)
+    except (ValueError, TypeError, ImportError, AttributeError) as err:
+        raise SystemExit(f"podracer tournament: {err}") from None
+    preset = find_preset(agent_cls, args.env)
+    num_envs = args.num_envs or (preset.num_envs if preset else 16)
+    # functools.partial of podracer.make_env: picklable for the pods, and a trusted name in the store
+    make_env = functools.partial(podracer.make_env, args.env, num_envs=num_envs, device=args.device)
+    make_eval_env = functools.partial(podracer.make_env, args.env, num_envs=args.eval_episodes, device=args.device)
+    store = Path(args.store or f"runs/tournament_{args.agent.lower().replace(':', '_')}_{args.env.lower()}")
+    options = {k: v for k, v in dict(address=args.address, gpus_per_pod=args.gpus_per_pod,
+                                      threads_per_pod=args.threads_per_pod, time_budget=args.time_budget).items()
+               if v is not None}
+    pods: int | str = args.pods if args.pods == "auto" else int(args.pods)
+    try:
+        make_env()  # an unknown env name fails here, with the list of names, not in every pod
+        tournament = podracer.Tournament(make_env, make_eval_env, agent=args.agent, pods=pods,
+                                         generation_steps=args.generation_steps, generations=args.generations,
+                                         entries=args.entries, store=store, backend=args.backend, seed=args.seed,
+                                         agent_config=_parse_overrides(args.set), **options)
+    except (ValueError, ImportError) as err:  # bad settings, a different tournament in the store, Ray missing
+        raise SystemExit(f"podracer tournament: {err}") from None
+    print(f"{tournament} on {args.env} ({num_envs} sub-envs per pod, backend {args.backend})")
+    try:
+        board = tournament.run(progress=None if args.no_progress else "bar")
+    except (ValueError, RuntimeError, ImportError) as err:  # e.g. $RAY_ADDRESS unusable, pods that keep failing
+        raise SystemExit(f"podracer tournament: {err}") from None
+    print(board.to_frame().head(args.show).to_string())
+    best = board.top(1)
+    if best:
+        print(f"best: entry {best[0].id}, score {best[0].score:.1f}; board of {len(board)} entries in {store} "
+              f"(podracer.Leaderboard({str(store)!r}) reads it; run again to resume)")
+    return 0
+
+
 THREADS_HELP = ("torch CPU threads (default 1: on small MLPs more threads mostly add overhead, and on a busy "
                 "machine contention)")
 
@@ -142,6 +187,34 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="cpu")
     e.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     e.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser("tournament", help="train a pool of pods against one leaderboard (local or Ray)",
+                       description="Population based training of AGENT on ENV: pods train, evaluate and submit to "
+                                   "the leaderboard in --store; run again with the same store to resume.")
+    r.add_argument("agent", help="agent name, e.g. ppo")
+    r.add_argument("env", help='tensor env ("pendulum", "cartpole"), a MuJoCo task or a gymnasium id')
+    r.add_argument("--pods", default="4", help='pods training at once, or "auto": as many as the machine or '
+                                               'cluster holds, following it as nodes join and leave (default 4)')
+    r.add_argument("--generations", type=int, default=5, help="generations per pod: the budget is pods * this")
+    r.add_argument("--entries", type=int, default=None, help="board entries to reach instead (needed with --pods auto "
+                                                             "unless --time-budget is given)")
+    r.add_argument("--generation-steps", type=int, default=20_000, help="env steps per generation")
+    r.add_argument("--time-budget", type=float, default=None, help="seconds; pods finish their generation, then stop")
+    r.add_argument("--num-envs", type=int, default=None, help="sub-envs per pod (default: preset or 16)")
+    r.add_argument("--eval-episodes", type=int, default=16, help="validation episodes per generation")
+    r.add_argument("--store", default=None, help="leaderboard directory (default runs/tournament_<agent>_<env>)")
+    r.add_argument("--backend", default="local", choices=["local", "ray"])
+    r.add_argument("--address", default=None, help='ray: cluster to join ("auto" on a cluster node; default '
+                                                   '$RAY_ADDRESS, else a local Ray instance)')
+    r.add_argument("--gpus-per-pod", type=float, default=None, help="ray: GPUs per pod, fractions allowed")
+    r.add_argument("--threads-per-pod", type=int, default=None, help="torch threads (and CPUs asked of Ray) per pod")
+    r.add_argument("--device", default="cpu", help="device of each pod's envs and agent (cuda on GPU pods)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an agent config field, value as YAML (repeatable)")
+    r.add_argument("--show", type=int, default=10, help="board rows printed at the end")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_tournament)
     return parser
 
 

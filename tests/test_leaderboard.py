@@ -209,3 +209,18 @@ def test_selection_prefers_the_top_of_the_board(tmp_path):
     assert set(picks) == {-100.0, -200.0}
     with pytest.raises(ValueError, match="unknown selection"):
         select_parent(entries, rng, "roulette")
+
+
+def test_a_store_from_before_host_columns_opens_and_gains_them(tmp_path):
+    """A 0.x store's pods table has no host/node columns: opening it adds them, rows kept."""
+    db = sqlite3.connect(tmp_path / "board.sqlite")
+    db.execute("CREATE TABLE pods (id INTEGER PRIMARY KEY AUTOINCREMENT, pid INTEGER, status TEXT NOT NULL, "
+               "started_at REAL NOT NULL, ended_at REAL, exitcode INTEGER, error TEXT)")
+    db.execute("INSERT INTO pods (pid, status, started_at) VALUES (1, 'exited', 0)")
+    db.commit()
+    db.close()
+    board = Leaderboard(tmp_path)
+    board.set_pod(1, host="h", node="n")
+    assert board.pods().loc[1, ["status", "host", "node"]].tolist() == ["exited", "h", "n"]
+    with pytest.raises(ValueError, match="unknown pod column"):
+        board.set_pod(1, **{"status = 'x' --": 1})

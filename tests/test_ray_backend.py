@@ -44,11 +44,11 @@ make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
 make_small_eval_env = functools.partial(podracer.make_env, "pendulum", num_envs=4)
 
 
-def small_ray_tournament(store, generations=3, pods=2, **kw):
+def small_ray_tournament(store, generations=3, pods=2, backend="ray", **kw):
     """The small settings of tests/test_tournament.py on backend='ray': generations of ~1 s."""
     return Tournament(make_small_env, make_small_eval_env, agent="ppo", pods=pods, generation_steps=4096,
                       generations=generations, store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1,
-                      backend="ray", **kw)
+                      backend=backend, **kw)
 
 
 def wait_for(condition, timeout=120.0, what="condition"):
@@ -113,11 +113,14 @@ def test_without_ray_the_error_names_the_install_command(tmp_path, monkeypatch):
         TournamentConfig(backend="slurm")
 
 
-def test_a_ray_client_address_is_refused_before_connecting():
+def test_a_ray_client_address_is_refused_before_connecting(monkeypatch):
     if ray.is_initialized():
         pytest.skip("needs no Ray connected in this process")
     with pytest.raises(ValueError, match="Ray Client address"):
-        ray_backend.connect(TournamentConfig(backend="ray", address="ray://head:10001"))
+        TournamentConfig(backend="ray", address="ray://head:10001")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    with pytest.raises(ValueError, match="Ray Client address"):
+        ray_backend.connect(TournamentConfig(backend="ray"))
     assert not ray.is_initialized()
 
 
@@ -260,7 +263,7 @@ from {module} import make_pendulum
 if __name__ == "__main__":
     store, hold = sys.argv[1], sys.argv[2]
     Tournament(functools.partial(make_pendulum, 16, hold), functools.partial(podracer.make_env, "pendulum", num_envs=4),
-               agent="ppo", pods=2, generation_steps=4096, generations=2, store=store, agent_config={config!r},
+               agent="ppo", pods="auto", generation_steps=4096, entries=4, store=store, agent_config={config!r},
                threads_per_pod=1, gpus_per_pod=0.5, seed=1, backend="ray").run(progress=None)
 """
 
@@ -275,8 +278,8 @@ def _board_rows(store, sql: str) -> list[tuple]:
 
 
 def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, loopback_cluster):
-    """Pods on both nodes (1 CPU each) block mid-generation; the second node is SIGKILLed: its pod's
-    generation is lost, a replacement waits for room and gets the second node once it is back."""
+    """pods="auto" on two nodes of 1 CPU: a pod on each, blocked mid-generation; the second node is
+    SIGKILLed: its pod's generation is lost; once the node is back, a new pod runs there."""
     cluster = loopback_cluster
     store, hold = tmp_path / "store", tmp_path / "hold"
     hold.touch()
@@ -312,8 +315,13 @@ def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, 
     pods = board.pods()
     (lost,) = pods.index[pods["status"] == "failed"]
     assert pods.loc[lost, "exitcode"] == ray_backend.POD_LOST_EXIT_CODE and lost in first
-    assert len(pods) == 3 and (pods.drop(lost)["exitcode"] == 0).all()
+    assert (pods.drop(lost)["exitcode"] == 0).all(), pods
     assert first[lost] not in {e.ticket for e in board.entries()}  # its ticket was released, never submitted
+    # Where pods ran: the first two on the two nodes, the one that trained after the restart on the
+    # restarted node (a new raylet, a new node id), since the head's CPU was held by the other pod.
+    ran = pods[pods.index.isin({e.pod for e in board.entries()}) | (pods.index == lost)]
+    assert pods.loc[list(first), "node"].nunique() == 2, pods
+    assert ran["node"].nunique() == 3 and (ran["host"] == socket.gethostname()).all(), pods
 
 
 # ---------------------------------------------------------------------------- one local Ray, shared
@@ -366,6 +374,47 @@ def test_checkpoints_travel_as_bytes_and_are_checked_on_arrival(tmp_path, local_
         ray.kill(server)
 
 
+def test_the_same_script_gives_the_same_kind_of_result_on_both_backends(tmp_path, local_ray):
+    """Budget, lineage, best and ensemble, and the same store layout, whichever backend ran it."""
+    boards = {}
+    obs = make_small_eval_env().reset(seed=0)[0]
+    for backend in ("local", "ray"):
+        t = small_ray_tournament(tmp_path / backend, generations=2, backend=backend)
+        board = t.run(progress=None)
+        assert_consistent(board, 4)
+        assert any(e.parent_id is not None for e in board.entries()), backend  # later generations had parents
+        assert t.best()(obs).shape == t.ensemble(2)(obs).shape == (4, 1)
+        assert board.pods()["host"].notna().all() and board.pods()["node"].notna().all()
+        boards[backend] = board
+    local, on_ray = boards["local"], boards["ray"]
+    assert list(local.to_frame().columns) == list(on_ray.to_frame().columns)
+    assert sorted(p.name for p in local.store.iterdir()) == sorted(p.name for p in on_ray.store.iterdir())
+    assert on_ray.pods()["node"].iloc[0] == ray.get_runtime_context().get_node_id()  # a Ray node id, recorded
+
+
+def test_pods_on_node_counts_cpus_and_gpu_fractions():
+    assert ray_backend.pods_on_node({"CPU": 8, "GPU": 1}, 2, 0.25) == 4
+    assert ray_backend.pods_on_node({"CPU": 3, "GPU": 1}, 1, 0.3) == 3
+    assert ray_backend.pods_on_node({"CPU": 3}, 2, 0) == 1
+    assert ray_backend.pods_on_node({"CPU": 8}, 1, 0.5) == 0  # no GPU on the node
+
+
+@pytest.mark.parametrize("request_", [dict(gpus_per_pod=0.5), dict(threads_per_pod=3)], ids=["gpu", "cpus"])
+def test_a_pod_no_node_can_host_is_reported_not_left_pending(tmp_path, local_ray, request_):
+    config = TournamentConfig(backend="ray", **{"threads_per_pod": 1, **request_})
+    with pytest.warns(RuntimeWarning, match="no node of the Ray cluster can host a pod"):
+        backend = ray_backend.RayBackend(config, tmp_path)
+    try:
+        assert backend.capacity() == 1  # at least one pod: it waits for a node to join
+    finally:
+        backend.close()
+    backend = ray_backend.RayBackend(TournamentConfig(backend="ray", threads_per_pod=1), tmp_path)
+    try:
+        assert backend.capacity() == 2  # the fixture's 2 CPUs
+    finally:
+        backend.close()
+
+
 def test_pod_actor_killed_mid_generation_loses_nothing_on_the_board(tmp_path, local_ray):
     hold = tmp_path / "hold"
     hold.touch()  # both pods block in their first env step: mid-generation for sure
@@ -416,3 +465,79 @@ def _alive(pid: int) -> bool:
         return False
     return True
 
+
+
+RESUME_DRIVER = """
+import functools
+import sys
+
+import ray
+
+import podracer
+from podracer.tournament import Tournament
+from {module} import make_pendulum
+
+if __name__ == "__main__":
+    store, hold, address, code_dir = sys.argv[1:5]
+    if code_dir:  # a job's workers import what its runtime_env gives them, not the driver's PYTHONPATH
+        ray.init(address=address, runtime_env={{"env_vars": {{"PYTHONPATH": code_dir}}}}, logging_level="WARNING")
+    Tournament(functools.partial(make_pendulum, 16, hold), functools.partial(podracer.make_env, "pendulum", num_envs=4),
+               agent="ppo", pods=2, generation_steps=4096, generations=2, store=store, agent_config={config!r},
+               threads_per_pod=1, seed=1, backend="ray", address=address).run(progress=None)
+"""
+
+
+def test_a_pod_whose_code_the_workers_cannot_import_fails_with_the_fix(tmp_path, local_ray):
+    """Probing found: a job started without the user's module on the workers' path ended with
+    "6 pods died ... last error: exit code 1" (the spec fails to unpickle before pod_main runs)."""
+    script = tmp_path / "driver.py"
+    script.write_text(RESUME_DRIVER.format(module=HELD_MODULE, config=TINY_PPO).replace(
+        "threads_per_pod=1,", "threads_per_pod=1, max_failures=1,"))
+    code_dir = str(Path(local_ray.__file__).parent)
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(tmp_path / "hold"),
+                          ray.get_runtime_context().gcs_address, ""], env={**os.environ, "PYTHONPATH": code_dir},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    assert "No module named 'podracer_test_ray_held_env'" in res.stderr, res.stderr[-3000:]
+    assert "runtime_env" in res.stderr
+
+
+def test_driver_killed_then_a_new_driver_resumes_from_the_store(tmp_path, local_ray):
+    """A driver on the cluster is SIGKILLed while both its pods are mid-generation: Ray ends the
+    actors it owned (pods and the store's server); a new driver resumes from the store alone and
+    finishes exactly the budget, the killed generations trained again."""
+    store, hold = tmp_path / "store", tmp_path / "hold"
+    hold.touch()
+    script = tmp_path / "driver.py"
+    script.write_text(RESUME_DRIVER.format(module=HELD_MODULE, config=TINY_PPO))
+    code_dir = str(Path(local_ray.__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_dir, os.environ.get("PYTHONPATH")) if p)}
+    env.pop("RAY_ADDRESS", None)
+    address = ray.get_runtime_context().gcs_address
+    log_path = tmp_path / "driver.log"
+    with open(log_path, "w") as log:
+        driver = subprocess.Popen([sys.executable, str(script), str(store), str(hold), address, code_dir], stdout=log,
+                                  stderr=subprocess.STDOUT, env=env)
+    try:
+        board = lambda: Leaderboard(store)  # noqa: E731  (created by the driver)
+        wait_for(lambda: (driver.poll() is None or pytest.fail(log_path.read_text()[-5000:]))
+                 and store.joinpath("board.sqlite").exists() and len(_tickets(board())) == 2,
+                 timeout=180, what="both pods of the first driver mid-generation")
+        killed = _tickets(board())
+        pids = [int(p) for p in board().pods()["pid"].dropna()]
+        driver.kill()
+        driver.wait(timeout=30)
+        wait_for(lambda: not any(_alive(p) for p in pids), timeout=60, what="Ray to end the killed driver's pods")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+    hold.unlink()
+    resumed = Tournament.from_store(store, allow=[f"{HELD_MODULE}:make_pendulum"])
+    assert resumed.config.backend == "ray" and len(resumed.board) == 0
+    board = resumed.run(progress=None)
+    assert_consistent(board, 4)
+    assert not {ticket for _, ticket in killed} & {e.ticket for e in board.entries()}  # lost, trained again
+    pods = board.pods()
+    assert (pods.loc[[pod for pod, _ in killed], "status"] == "lost").all()  # retired by the new driver
+    assert (pods.drop([pod for pod, _ in killed])["exitcode"] == 0).all()

@@ -354,6 +354,27 @@ def test_pods_can_be_added_and_removed_while_running(tmp_path):
     assert_consistent(t.board)
 
 
+def test_pods_auto_fills_the_machine_and_entries_bound_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)  # capacity = 3 CPUs // 1 thread per pod
+    with pytest.raises(ValueError, match="entries=N"):
+        small_tournament(tmp_path / "none", pods="auto")  # pods * generations is no budget then
+    with pytest.raises(ValueError, match="pods must be"):
+        small_tournament(tmp_path / "zero", pods=0)
+    t = small_tournament(tmp_path / "auto", pods="auto", entries=5)
+    board = t.run(progress=None)
+    assert t.pods == 3 and t.config.budget == 5
+    assert_consistent(board)
+    assert len(board) == 5  # entries, not pods * generations (3 * 4)
+    pods = board.pods()
+    assert len(pods) == 3 and (pods["exitcode"] == 0).all()
+    assert (pods["host"] == pods["node"]).all() and pods["host"].nunique() == 1  # local: this machine
+    # add_pods on top of the capacity; the run resumes to a larger board with a new entries budget
+    t2 = small_tournament(tmp_path / "auto", pods="auto", entries=6)
+    t2.add_pods(1)
+    t2.run(progress=None)
+    assert t2.pods == 4 and len(t2.board) == 6
+
+
 def test_a_pod_that_keeps_failing_stops_the_run_with_its_error(tmp_path):
     broken_env = functools.partial(podracer.make_env, "no-such-env", num_envs=4)  # fails inside the pod
     t = Tournament(broken_env, make_small_eval_env, pods=1, generations=2, store=tmp_path, max_failures=0)

@@ -98,6 +98,25 @@ def test_cli_accepts_module_class_agents(tmp_path):
     assert podracer.load_agent(tmp_path / "checkpoints" / "last.pt").name == "ppo"
 
 
+def test_cli_tournament_runs_resumes_and_explains_bad_settings(tmp_path):
+    store = tmp_path / "store"
+    args = ("tournament", "ppo", "pendulum", "--pods", "2", "--generations", "1", "--generation-steps", "1024",
+            "--num-envs", "8", "--eval-episodes", "2", "--threads-per-pod", "1", "--store", str(store),
+            "--no-progress", "--set", "hidden_sizes=[16]", "--set", "update_epochs=1")
+    res = _run(*args)
+    assert res.returncode == 0, res.stderr
+    assert "best: entry" in res.stdout and len(podracer.Leaderboard(store)) == 2
+    res = _run(*args[:-4], "--generations", "2", "--no-progress", "--set", "hidden_sizes=[16]", "--set",
+               "update_epochs=1")  # resume with a bigger budget: two more entries
+    assert res.returncode == 0, res.stderr
+    assert len(podracer.Leaderboard(store)) == 4
+    for bad, message in [(("--pods", "auto"), "entries=N"), (("--set", "hidden_sizes=[32]"), "different tournament"),
+                         (("--pods", "0"), "pods must be"),
+                         (("--backend", "ray", "--address", "ray://head:10001"), "Ray Client address")]:
+        res = _run(*args, *bad)  # argparse: the last --pods / --set wins
+        assert res.returncode != 0 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 def test_cli_main_in_process(tmp_path, capsys):
     from podracer.cli import main
 

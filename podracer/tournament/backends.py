@@ -9,6 +9,7 @@ The interface, for anyone adding one::
         def poll(self, handle) -> int | None       # None while running, else an exit code
         def kill(self, handle) -> None             # stop now; the pod loses its current generation
         def join(self, handle, timeout) -> None    # wait for it to end (up to timeout seconds)
+        def capacity(self) -> int                  # pods the resources hold now (for pods="auto")
         def close(self) -> None                    # release the backend's own resources
 
 Two backends: ``LocalBackend`` (spawned processes sharing the store on this machine's disk) and
@@ -39,6 +40,8 @@ class Backend(Protocol):
 
     def join(self, handle: Any, timeout: float | None = None) -> None: ...
 
+    def capacity(self) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -46,8 +49,9 @@ class LocalBackend:
     """Pods as processes on this machine, started with ``spawn`` (no state forked from the
     driver, safe with threads and CUDA), each with its own torch thread count."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
         self.ctx = mp.get_context("spawn")
+        self.threads = threads
 
     def start(self, spec: PodSpec) -> mp.process.BaseProcess:
         spec = dataclasses.replace(spec, parent_pid=os.getpid())
@@ -64,6 +68,10 @@ class LocalBackend:
 
     def join(self, handle: mp.process.BaseProcess, timeout: float | None = None) -> None:
         handle.join(timeout)
+
+    def capacity(self) -> int:
+        """This machine's CPUs over the threads each pod uses (at least one pod)."""
+        return max(1, (os.cpu_count() or 1) // self.threads)
 
     def close(self) -> None:
         """Nothing held beyond the processes, which the tournament joins or kills itself."""
@@ -85,7 +93,7 @@ def make_backend(config: TournamentConfig, store: str | Path) -> Backend:
     check_backend(config.backend)
     if config.backend == "ray":
         return _ray_backend().RayBackend(config, store)
-    return LocalBackend()
+    return LocalBackend(config.threads)
 
 
 def _ray_backend() -> Any:

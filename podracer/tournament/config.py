@@ -26,9 +26,12 @@ __all__ = ["BACKENDS", "RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "a
 
 # Fields that may differ between two runs on the same store (resuming with a bigger budget or
 # more pods is fine); any other difference means a different experiment and is refused.
-RUN_FIELDS = ("pods", "generations", "time_budget", "threads_per_pod", "replace_failed", "max_failures", "backend",
-              "gpus_per_pod", "address")
+RUN_FIELDS = ("pods", "generations", "entries", "time_budget", "threads_per_pod", "replace_failed", "max_failures",
+              "backend", "gpus_per_pod", "address")
 BACKENDS = ("local", "ray")
+RAY_CLIENT_REFUSED = ("address={address!r} is a Ray Client address, which the ray backend does not support: the store "
+                      "lives next to the driver, so run the script on a node of the cluster (ray job submit, or on the "
+                      "head node) with address='auto'")
 
 
 @dataclasses.dataclass
@@ -36,9 +39,10 @@ class TournamentConfig:
     agent: str = "ppo"  # registry name ("ppo") or import path "package.module:Class"
     agent_config: dict[str, Any] = field(default_factory=dict)  # overrides of the agent's config fields
     preset: str | None = "auto"  # make_agent's preset: "auto" (the env's task), a task name, or None (defaults)
-    pods: int = 4  # pods training at once
+    pods: int | str = 4  # pods training at once, or "auto": as many as the machine or Ray cluster holds, followed
     generation_steps: int = 20_000  # env steps (summed over sub-envs) per generation, before each submission
     generations: int | None = 10  # generations per pod: the run ends when the board holds pods * generations
+    entries: int | None = None  # or: the run ends when the board holds this many entries (needed with pods="auto")
     time_budget: float | None = None  # seconds; pods finish their current generation, then stop
     seed: int = 0  # each generation is seeded from (seed, ticket id)
     threads_per_pod: int | None = None  # torch threads in each pod; None: cpu_count // pods, at least 1
@@ -60,8 +64,13 @@ class TournamentConfig:
     def __post_init__(self) -> None:
         self.agent_config = _plain(self.agent_config)
         self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
-        if self.pods < 1:
-            raise ValueError(f"pods must be >= 1, got {self.pods}")
+        if self.pods != "auto" and (isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 1):
+            raise ValueError(f"pods must be an int >= 1 or 'auto', got {self.pods!r}")
+        if self.entries is not None and (not isinstance(self.entries, int) or self.entries < 1):
+            raise ValueError(f"entries must be an int >= 1 or None, got {self.entries!r}")
+        if self.pods == "auto" and self.entries is None and self.time_budget is None:
+            raise ValueError("pods='auto' follows the machine or cluster, so pods * generations is no budget: give "
+                             "entries=N (the board entries to reach) or time_budget=seconds")
         if self.generation_steps < 1:
             raise ValueError(f"generation_steps must be >= 1, got {self.generation_steps}")
         if self.generations is None and self.time_budget is None:
@@ -78,18 +87,27 @@ class TournamentConfig:
             raise ValueError(f"unknown backend {self.backend!r}; use one of {BACKENDS}")
         if self.gpus_per_pod < 0:
             raise ValueError(f"gpus_per_pod must be >= 0, got {self.gpus_per_pod}")
+        if self.address is not None and str(self.address).startswith("ray://"):
+            raise ValueError(RAY_CLIENT_REFUSED.format(address=self.address))
         if self.backend == "local" and (self.gpus_per_pod or self.address):
             raise ValueError(f"gpus_per_pod={self.gpus_per_pod} and address={self.address!r} are settings of "
                              f"backend='ray'; use backend='ray', or gpus_per_pod=0 and address=None with 'local'")
 
     @property
     def budget(self) -> int | None:
-        """Entries the finished board holds; ``None`` when only ``time_budget`` bounds the run."""
-        return None if self.generations is None else self.pods * self.generations
+        """Entries the finished board holds: ``entries``, else ``pods * generations``; ``None`` when
+        only ``time_budget`` bounds the run."""
+        if self.entries is not None:
+            return self.entries
+        return None if self.generations is None or self.pods == "auto" else self.pods * self.generations
 
     @property
     def threads(self) -> int:
-        return self.threads_per_pod or max(1, (os.cpu_count() or 1) // self.pods)
+        """Torch threads per pod (and CPUs asked of Ray): ``threads_per_pod``, else this machine's
+        CPUs shared among the pods (1 with ``pods="auto"``: as many pods as CPUs)."""
+        if self.threads_per_pod:
+            return self.threads_per_pod
+        return 1 if self.pods == "auto" else max(1, (os.cpu_count() or 1) // self.pods)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))

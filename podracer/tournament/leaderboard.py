@@ -75,10 +75,16 @@ CREATE TABLE IF NOT EXISTS pods (
     started_at REAL    NOT NULL,
     ended_at   REAL,
     exitcode   INTEGER,
-    error      TEXT
+    error      TEXT,
+    host       TEXT,                        -- the machine's hostname
+    node       TEXT                         -- Ray node id under the ray backend, else the hostname
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+POD_COLUMNS = ("pid", "status", "started_at", "ended_at", "exitcode", "error", "host", "node")
+POD_COLUMNS_ADDED = ("host", "node")  # since 1.0: added to older stores when opened
 
 
 class TicketError(RuntimeError):
@@ -133,6 +139,9 @@ class Leaderboard:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # persistent: set once, stored in the file
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(pods)")}
+            for column in sorted(set(POD_COLUMNS_ADDED) - columns):  # a store written before they existed
+                db.execute(f"ALTER TABLE pods ADD COLUMN {column} TEXT")
 
     def __repr__(self) -> str:
         return f"Leaderboard({str(self.store)!r}, entries={len(self)})"
@@ -335,7 +344,10 @@ class Leaderboard:
             return db.execute("INSERT INTO pods (status, started_at) VALUES ('running', ?)", (time.time(),)).lastrowid
 
     def set_pod(self, pod: int, **fields: Any) -> None:
-        """Update columns of a pod row (``pid``, ``status``, ``exitcode``, ``error``, ``ended_at``)."""
+        """Update columns of a pod row (``POD_COLUMNS``: ``pid``, ``status``, ``exitcode``, ``error``, ...)."""
+        unknown = sorted(set(fields) - set(POD_COLUMNS))
+        if unknown:  # column names go into the SQL text: only known ones
+            raise ValueError(f"unknown pod column(s) {unknown}; use some of {POD_COLUMNS}")
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self._transaction() as db:
             db.execute(f"UPDATE pods SET {cols} WHERE id = ?", (*fields.values(), pod))

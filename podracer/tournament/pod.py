@@ -23,6 +23,7 @@ import dataclasses
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -158,6 +159,16 @@ def watch_driver(spec: PodSpec, interval_s: float = WATCHDOG_INTERVAL_S) -> thre
     return thread
 
 
+def where_am_i() -> dict[str, str]:
+    """``host`` (hostname) and ``node`` (the Ray node id in a Ray worker, else the hostname) of this
+    process, for the board's pods table: which machine ran which pod."""
+    host = socket.gethostname()
+    ray = sys.modules.get("ray")  # imported only where Ray runs this pod: never import it here
+    if ray is not None and ray.is_initialized():
+        return {"host": host, "node": ray.get_runtime_context().get_node_id()}
+    return {"host": host, "node": host}
+
+
 def pod_main(spec: PodSpec) -> None:
     """Entry point of a pod process (any backend). Errors are recorded in the board's pod table."""
     # Ctrl-C in a terminal reaches the whole process group: the driver alone decides what stops.
@@ -166,7 +177,7 @@ def pod_main(spec: PodSpec) -> None:
     torch.set_num_threads(spec.threads)
     watch_driver(spec)
     board = spec.open_board()
-    board.set_pod(spec.pod_id, pid=os.getpid())
+    board.set_pod(spec.pod_id, pid=os.getpid(), **where_am_i())
     try:
         Pod(spec).run()
     except BaseException:

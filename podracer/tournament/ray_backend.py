@@ -20,7 +20,11 @@ before loading: a damaged one is flagged corrupt, a missing one only skipped, as
 Ray does the scheduling: each pod asks for ``num_cpus`` (its torch threads) and ``gpus_per_pod``
 (fractions allowed) and pods are spread over nodes. A pod actor that dies (``ray.kill``, a crash,
 its node lost) reports ``POD_LOST_EXIT_CODE``; the driver releases its ticket and starts a
-replacement, which Ray places on a live node: the board loses at most that generation.
+replacement, which Ray places on a live node: the board loses at most that generation. With
+``pods="auto"`` the driver asks ``capacity()`` (pods the live nodes hold) every few seconds and
+follows it. A pod no node can host would wait silently in Ray: it is reported when the backend
+starts. A pod that fails before ``pod_main`` runs (its spec cannot be unpickled: the workers lack
+the user's module) gets Ray's error, with the fix, in the pods table. Each pod records its node.
 
 Which Ray: one already initialised in this process is used as it is; else ``config.address`` or
 ``$RAY_ADDRESS`` is joined; else a local instance is started (dashboard off, quiet logs). The
@@ -45,7 +49,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from podracer import checkpoints
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
-from podracer.tournament.config import TournamentConfig
+from podracer.tournament.config import RAY_CLIENT_REFUSED, TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard
 from podracer.tournament.pod import PodSpec, pod_main
 
@@ -187,6 +191,7 @@ class RayPod:
 
     actor: Any
     done: Any  # ray.ObjectRef of actor.run(spec)
+    pod_id: int
     exitcode: int | None = None
 
 
@@ -203,6 +208,7 @@ class RayBackend:
         self.started_ray = connect(config)
         self.pods: list[RayPod] = []
         self.server: Any = None
+        self.local_board = Leaderboard(self.store)  # the driver's own view of the store, for pod errors
         try:
             here = ray.get_runtime_context().get_node_id()  # the store is on this node's disk
             self.server = ray.remote(LeaderboardServer).options(
@@ -211,9 +217,7 @@ class RayBackend:
             ).remote(str(self.store))
             ray.get(self.server.ping.remote(), timeout=SERVER_START_TIMEOUT_S)
             self.threads = pod_threads(config)
-            if config.gpus_per_pod and not ray.cluster_resources().get("GPU"):
-                warnings.warn(f"gpus_per_pod={config.gpus_per_pod} but the Ray cluster has no GPU now: pods wait "
-                              f"until a GPU node joins", RuntimeWarning, stacklevel=3)
+            warn_if_infeasible(self.threads, config.gpus_per_pod)
         except BaseException:
             self.close()
             raise
@@ -225,13 +229,15 @@ class RayBackend:
             num_cpus=self.threads, num_gpus=self.config.gpus_per_pod, scheduling_strategy="SPREAD",
             max_restarts=0, name=pod_actor_name(self.store, spec.pod_id),  # the driver replaces dead pods itself
         ).remote()
-        handle = RayPod(actor, actor.run.remote(spec))
+        handle = RayPod(actor, actor.run.remote(spec), spec.pod_id)
         self.pods.append(handle)
         return handle
 
     def poll(self, handle: RayPod) -> int | None:
         if handle.exitcode is None and ray.wait([handle.done], timeout=0)[0]:
-            handle.exitcode = _exitcode(handle.done)
+            handle.exitcode, error = _outcome(handle.done)
+            if error and not self.local_board.pod_error(handle.pod_id):  # pod_main records its own errors
+                self.local_board.set_pod(handle.pod_id, error=error)  # this one came before: unpickling the spec
             ray.kill(handle.actor)  # a finished pod's worker would hold its CPUs until its driver exits
         return handle.exitcode
 
@@ -240,6 +246,12 @@ class RayBackend:
 
     def join(self, handle: RayPod, timeout: float | None = None) -> None:
         ray.wait([handle.done], timeout=timeout)
+
+    def capacity(self) -> int:
+        """Pods the cluster's live nodes hold now, each asking for ``threads`` CPUs and
+        ``gpus_per_pod`` GPUs on one node (at least one: a pod that waits for a node to join)."""
+        return max(1, sum(pods_on_node(n["Resources"], self.threads, self.config.gpus_per_pod)
+                          for n in ray.nodes() if n["Alive"]))
 
     def close(self) -> None:
         """Kill the actors this backend started; shut down Ray only if this backend started it."""
@@ -261,32 +273,59 @@ def connect(config: TournamentConfig) -> bool:
         return False
     address = config.address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address.startswith("ray://"):
-        raise ValueError(f"address={address!r} is a Ray Client address, which the ray backend does not support: the "
-                         f"store lives next to the driver, so run the script on a node of the cluster (ray job "
-                         f"submit, or on the head node) with address='auto'")
+        raise ValueError(RAY_CLIENT_REFUSED.format(address=address))
     quiet = dict(logging_level=logging.WARNING, log_to_driver=True)
     if address is not None:
         ray.init(address=address, **quiet)
     else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, config.pods * config.threads), include_dashboard=False, **quiet)
+        pods = 1 if config.pods == "auto" else config.pods  # "auto": as many pods as this machine's CPUs
+        ray.init(num_cpus=max(os.cpu_count() or 1, pods * config.threads), include_dashboard=False, **quiet)
     return True
 
 
 def pod_threads(config: TournamentConfig) -> int:
     """``threads_per_pod``, or by default the cluster's CPUs shared among the pods (no more than a
-    node has)."""
+    node has); 1 with ``pods="auto"`` (a pod per CPU)."""
     if config.threads_per_pod:
         return config.threads_per_pod
+    if config.pods == "auto":
+        return 1
     cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]]
     return max(1, int(min(max(cpus, default=1), ray.cluster_resources().get("CPU", 1) // config.pods)))
 
 
-def _exitcode(done: Any) -> int:
+def pods_on_node(resources: dict[str, float], threads: int, gpus: float) -> int:
+    """How many pods asking for ``threads`` CPUs and ``gpus`` GPUs fit on a node with ``resources``."""
+    fits = int(resources.get("CPU", 0) // threads)
+    if gpus:
+        fits = min(fits, int(resources.get("GPU", 0) / gpus + 1e-9))  # 0.25 GPU: four pods on one GPU
+    return fits
+
+
+def warn_if_infeasible(threads: int, gpus: float) -> None:
+    """Ray keeps an actor that no node can host pending, silently: say so now, with the fix."""
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    if any(pods_on_node(r, threads, gpus) for r in nodes):
+        return
+    largest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
+    warnings.warn(f"no node of the Ray cluster can host a pod now: each asks for {threads} CPU(s)"
+                  + (f" and {gpus} GPU(s)" if gpus else "") + f"; the largest node has {largest.get('CPU', 0):g} "
+                  f"CPU(s) and {largest.get('GPU', 0):g} GPU(s). Pods wait until such a node joins (an autoscaler "
+                  f"adds one); else lower threads_per_pod or gpus_per_pod", RuntimeWarning, stacklevel=4)
+
+
+def _outcome(done: Any) -> tuple[int, str | None]:
+    """(exit code, error message or None) of a pod's ``run``."""
     try:
         ray.get(done)
     except ray.exceptions.RayActorError:  # the actor's process is gone: ray.kill, a crash, its node lost
-        return POD_LOST_EXIT_CODE
-    except ray.exceptions.RayError:  # pod_main raised (recorded in the pods table), or its result was lost
-        return POD_ERROR_EXIT_CODE
-    return 0
+        return POD_LOST_EXIT_CODE, None
+    except ray.exceptions.RayError as e:  # pod_main raised (it recorded why), or the spec could not be unpickled
+        message = str(e)
+        if "ModuleNotFoundError" in message or "No module named" in message:
+            message += ("\nThe Ray workers cannot import code the pod needs (your env factory's or agent's module): "
+                        "install it on every node (in the image), or start Ray with it before the Tournament, e.g. "
+                        "ray.init(address=..., runtime_env={'working_dir': '.'}) or runtime_env={'py_modules': [...]}")
+        return POD_ERROR_EXIT_CODE, message
+    return 0, None
 

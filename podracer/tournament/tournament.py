@@ -37,6 +37,9 @@ except ImportError:  # Windows: no advisory lock; one driver per store is then o
     fcntl = None
 
 
+AUTO_EVERY_S = 5.0  # pods="auto": how often the driver asks the backend how many pods fit
+
+
 class Tournament:
     """Train ``pods`` agents at once; each generation starts from a good entry of the shared
     leaderboard with perturbed hyperparameters (population based training).
@@ -46,13 +49,16 @@ class Tournament:
     new process. Any other ``TournamentConfig`` field can be passed as a keyword argument.
     ``store`` is a directory: run again with the same store and settings to resume.
 
+    ``pods="auto"`` trains as many pods as the machine (or cluster) holds and follows it as nodes
+    join and leave; its budget is then ``entries=`` (board entries) or ``time_budget=``.
+
     ``backend="local"`` runs pods as processes on this machine; ``backend="ray"`` as Ray actors
     on this machine or a cluster (``address=`` or ``$RAY_ADDRESS``, ``gpus_per_pod=``), the store
     staying on this machine (see ``ray_backend.py``). Nothing else changes.
     """
 
     def __init__(self, make_env: Callable[[], Any], make_eval_env: Callable[[], Any], agent: str | type = "ppo",
-                 pods: int = 4, generation_steps: int = 20_000, generations: int | None = 10,
+                 pods: int | str = 4, generation_steps: int = 20_000, generations: int | None = 10,
                  time_budget: float | None = None, store: str | Path = "runs/tournament", backend: str = "local",
                  agent_config: dict[str, Any] | None = None, seed: int = 0, **options: Any):
         check_picklable(make_env, "make_env")
@@ -76,7 +82,10 @@ class Tournament:
                 raise ValueError(f"{saved} describes a different tournament ({'; '.join(diff)}); use a new store, "
                                  f"or Tournament.from_store({str(self.store)!r}) to resume that one")
         self.config.to_yaml(saved)
-        self._target = self.config.pods
+        self.auto = self.config.pods == "auto"  # the pod count follows the backend's capacity
+        self._target = 1 if self.auto else self.config.pods
+        self._offset = 0  # add_pods / remove_pods with pods="auto": pods on top of the capacity
+        self._capacity_checked = -math.inf
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,18 +165,31 @@ class Tournament:
         self._stop.set()
 
     def add_pods(self, n: int = 1) -> None:
-        """Train with ``n`` more pods (now if running, else in the next ``run``)."""
+        """Train with ``n`` more pods (now if running, else in the next ``run``); with
+        ``pods="auto"``, ``n`` more than the resources hold (they wait for room)."""
         with self._lock:
             self._target += n
+            self._offset += n
 
     def remove_pods(self, n: int = 1) -> None:
         """Train with ``n`` fewer pods; the removed ones finish their current generation first."""
         with self._lock:
+            self._offset -= min(n, self._target)
             self._target = max(0, self._target - n)
 
     @property
     def pods(self) -> int:
+        """Pods the run trains with now (with ``pods="auto"``: the capacity last seen, adjusted)."""
         return self._target
+
+    def _follow_capacity(self, backend: Any) -> None:
+        """``pods="auto"``: every ``AUTO_EVERY_S`` seconds, as many pods as the machine or cluster holds
+        (nodes that join add pods; pods of nodes that leave die and are not replaced beyond it)."""
+        if not self.auto or time.monotonic() - self._capacity_checked < AUTO_EVERY_S:
+            return
+        self._capacity_checked = time.monotonic()
+        with self._lock:
+            self._target = max(0, backend.capacity() + self._offset)
 
     def _drive(self, progress_mode: str | None) -> Leaderboard:
         """The driver loop: take the store over, then every ``poll_s`` reap the pods that ended,
@@ -175,6 +197,7 @@ class Tournament:
         cfg, board = self.config, self.board
         backend = make_backend(cfg, self.store)
         run = _RunState(start=time.monotonic())
+        self._capacity_checked = -math.inf  # pods="auto": size the pool at once
         board.set_budget(cfg.budget)
         board.release_tickets()  # tickets of an earlier driver's pods: those generations are lost
         board.retire_pods()  # rows of an earlier driver's pods: none may claim tickets any more
@@ -182,6 +205,7 @@ class Tournament:
         try:
             while True:
                 self._reap(backend, run)
+                self._follow_capacity(backend)
                 winding_down = self._check_wind_down(run)
                 self._scale(backend, run, winding_down)
                 if not run.handles and (winding_down or self._target == 0):
