@@ -415,6 +415,20 @@ def test_a_pod_no_node_can_host_is_reported_not_left_pending(tmp_path, local_ray
         backend.close()
 
 
+def test_a_run_whose_pods_cannot_be_placed_still_stops(tmp_path, local_ray):
+    """Probing found: with gpus_per_pod on a cluster without GPUs, stop() left the run waiting
+    forever for pods Ray could never place. Pods that never started are now cancelled."""
+    with pytest.warns(RuntimeWarning, match="no node of the Ray cluster can host a pod"):
+        t = small_ray_tournament(tmp_path, generations=1, gpus_per_pod=0.5).start()
+        wait_for(lambda: len(t.board.pods()) == 2, what="the pods registered")
+        time.sleep(1.0)
+        t.stop()
+        t.wait(timeout=60)
+    assert not t.running
+    pods = t.board.pods()
+    assert (pods["status"] == "cancelled").all() and pods["pid"].isna().all() and len(t.board) == 0
+
+
 def test_pod_actor_killed_mid_generation_loses_nothing_on_the_board(tmp_path, local_ray):
     hold = tmp_path / "hold"
     hold.touch()  # both pods block in their first env step: mid-generation for sure

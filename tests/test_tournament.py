@@ -338,7 +338,8 @@ def test_pods_can_be_added_and_removed_while_running(tmp_path):
         running = lambda: int((t.board.pods()["status"] == "running").sum())  # noqa: E731
         wait_for(lambda: len(t.board) >= 1, what="a first entry")
         t.add_pods(2)
-        wait_for(lambda: running() == 3, what="three pods")
+        started = lambda: int(t.board.pods()["pid"].notna().sum())  # noqa: E731
+        wait_for(lambda: running() == 3 and started() == 3, what="three pods started")
         t.remove_pods(2)
         wait_for(lambda: running() == 1, what="back to one pod")
         assert t.pods == 1
@@ -351,6 +352,24 @@ def test_pods_can_be_added_and_removed_while_running(tmp_path):
     pods = t.board.pods()
     assert len(pods) == 3 and (pods["exitcode"] == 0).all()  # removed pods finished their generation
     assert 1 <= len(t.board) < 60
+
+
+def test_removed_pods_that_never_started_are_cancelled_not_failed(tmp_path):
+    t = small_tournament(tmp_path, generations=30, pods=1)
+    t.poll_s = 0.01
+    t.start()
+    try:
+        wait_for(lambda: len(t.board) >= 1, what="a first entry")
+        t.add_pods(2)
+        wait_for(lambda: len(t.board.pods()) == 3, what="two more pods registered")
+        t.remove_pods(2)  # at once: spawned processes take seconds to start, so these have no pid yet
+        wait_for(lambda: (t.board.pods()["status"] == "cancelled").sum() == 2, what="two pods cancelled")
+    finally:
+        t.stop()
+        t.wait(timeout=240)
+    pods = t.board.pods()
+    assert pods.loc[1, "exitcode"] == 0 and (pods.loc[[2, 3], "status"] == "cancelled").all()
+    assert_consistent(t.board)
     assert_consistent(t.board)
 
 

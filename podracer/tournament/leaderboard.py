@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS tickets (
 CREATE TABLE IF NOT EXISTS pods (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     pid        INTEGER,
-    status     TEXT    NOT NULL,            -- running | stopping | exited | failed | killed
+    status     TEXT    NOT NULL,            -- running | stopping | exited | failed | killed | lost | cancelled
     started_at REAL    NOT NULL,
     ended_at   REAL,
     exitcode   INTEGER,
@@ -336,8 +336,14 @@ class Leaderboard:
             return db.execute("DELETE FROM tickets WHERE pod = ?", (pod,)).rowcount
 
     def in_flight(self) -> int:
+        """Generations being trained now (claimed tickets not yet submitted)."""
         with self._connect() as db:
             return int(db.execute("SELECT COUNT(*) FROM tickets").fetchone()[0])
+
+    def tickets(self) -> pd.DataFrame:
+        """The generations in flight: ticket id (index), ``pod``, ``claimed_at``; oldest first."""
+        with self._connect() as db:
+            return pd.read_sql_query("SELECT id, pod, claimed_at FROM tickets ORDER BY id", db).set_index("id")
 
     def register_pod(self) -> int:
         with self._transaction() as db:

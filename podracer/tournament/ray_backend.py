@@ -279,7 +279,10 @@ def connect(config: TournamentConfig) -> bool:
         ray.init(address=address, **quiet)
     else:
         pods = 1 if config.pods == "auto" else config.pods  # "auto": as many pods as this machine's CPUs
-        ray.init(num_cpus=max(os.cpu_count() or 1, pods * config.threads), include_dashboard=False, **quiet)
+        # address="local": a new instance, even if a `ray start` cluster runs on this machine (ray.init()
+        # would join that one and then refuse num_cpus); to use that cluster, pass address="auto".
+        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, pods * config.threads), include_dashboard=False,
+                 **quiet)
     return True
 
 

@@ -208,6 +208,7 @@ class Tournament:
                 self._follow_capacity(backend)
                 winding_down = self._check_wind_down(run)
                 self._scale(backend, run, winding_down)
+                self._cancel_unstarted(backend, run, winding_down)
                 if not run.handles and (winding_down or self._target == 0):
                     break
                 progress.update(len(run.handles))
@@ -232,6 +233,10 @@ class Tournament:
                 continue
             del run.handles[pod]
             board.release_tickets(pod)
+            if pod in run.cancelled:  # never started, killed on purpose: no failure
+                board.set_pod(pod, status="cancelled", exitcode=code, ended_at=time.time())
+                run.stopping.discard(pod)
+                continue
             failed = code != 0
             board.set_pod(pod, status="failed" if failed else "exited", exitcode=code, ended_at=time.time())
             if failed:
@@ -273,6 +278,19 @@ class Tournament:
         for pod in [] if winding_down else active[self._target:]:
             self.board.request_stop(pod)
             run.stopping.add(pod)
+
+    def _cancel_unstarted(self, backend: Any, run: "_RunState", winding_down: bool) -> None:
+        """Kill the pods that should stop but never started (no pid yet): a pod waiting for
+        resources (a Ray actor no node can place) would otherwise keep the run from ending. They
+        hold no ticket: nothing is lost."""
+        candidates = (set(run.handles) if winding_down else run.stopping) - run.cancelled
+        if not candidates:
+            return
+        pids = self.board.pods()["pid"]
+        for pod in candidates:
+            if pod in pids.index and pids.isna()[pod]:
+                backend.kill(run.handles[pod])
+                run.cancelled.add(pod)
 
     def _kill_all(self, backend: Any, run: "_RunState") -> None:
         """Ctrl-C or an error: kill the pods now. Their tickets are released, their files without
@@ -328,6 +346,7 @@ class _RunState:
     start: float  # time.monotonic() when run() began
     handles: dict[int, Any] = dataclasses.field(default_factory=dict)  # pod id -> backend handle
     stopping: set[int] = dataclasses.field(default_factory=set)  # pods asked to stop after their generation
+    cancelled: set[int] = dataclasses.field(default_factory=set)  # pods killed before they started
     failures: int = 0
     out_of_time: bool = False
 
