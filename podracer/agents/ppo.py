@@ -172,15 +172,17 @@ class PPOConfig:
 # rewards, ppo2's value clip limits the critic to ±ε per update and slows the first updates
 # several-fold), and for Pendulum ReLU hidden units (tanh: 2-5x more env steps) and γ = 0.95.
 PRESETS: dict[str, Preset] = {
-    # Pendulum-v1: eval return >= -250 after ~18k env steps (median of 8 seeds, max 25k; ~0.7 s
-    # on one core), about -170 on 64 fresh episodes after the 150k steps. Few sub-envs (96, so an
+    # Pendulum-v1: eval return >= -250 after ~21k env steps (median of 8 seeds; ~0.8 s on one
+    # core), about -170 on 64 fresh episodes after the 150k steps. Few sub-envs (96, so an
     # update every 1,536 steps; 512 needed ~74k steps), 512-row minibatches, a wide initial σ
-    # (log σ = 0.25: 20-30% fewer steps than -0.5), and α annealed over the run: with a constant
-    # α these small batches drift after solving (worst of 8 seeds -643 at 150k, -241 annealed).
+    # (log σ = 0.25: 20-30% fewer steps than -0.5), α annealed over the run and the epochs cut at
+    # an approximate KL of 0.025: without both, these small batches drift after solving (final
+    # return on 64 episodes, worst of 8 seeds: -643 constant α, -363 annealed, -240 with the KL cut;
+    # median steps to -250: 20k without the cut, 21.5k with it, 24k with a cut at 0.015-0.02).
     "pendulum": Preset(num_envs=96, total_steps=150_528, config=dict(  # 98 rollouts of 16 x 96
         num_steps=16, num_minibatches=3, update_epochs=10, gamma=0.95, gae_lambda=0.95, learning_rate=3e-3,
-        anneal_lr=True, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5, activation="relu",
-        log_std_init=0.25, hidden_sizes=(64, 64))),
+        anneal_lr=True, target_kl=0.025, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5,
+        activation="relu", log_std_init=0.25, hidden_sizes=(64, 64))),
     # CartPole-v1: eval return > 475 after ~57k env steps (median of 8 seeds, ~1 s on one core).
     # Once every episode reaches the 500-step limit, the standardised advantages are mostly noise
     # and a policy trained on at α = 3e-3 may drift: α anneals to 0 over the run (``anneal_lr``:
