@@ -144,7 +144,9 @@ def cmd_tournament(args: argparse.Namespace) -> int:
         board = tournament.run(progress=None if args.no_progress else "bar")
     except (ValueError, RuntimeError, ImportError) as err:  # e.g. $RAY_ADDRESS unusable, pods that keep failing
         raise SystemExit(f"podracer tournament: {err}") from None
-    print(board.to_frame().head(args.show).to_string())
+    frame = board.to_frame()
+    columns = [c for c in ("parent_id", "generation", "pod", "score", "env_steps", "changes") if c in frame.columns]
+    print(frame[columns].head(args.show).to_string(float_format=lambda x: f"{x:.1f}"))
     best = board.top(1)
     if best:
         print(f"best: entry {best[0].id}, score {best[0].score:.1f}; board of {len(board)} entries in {store} "
