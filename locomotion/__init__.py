@@ -2,22 +2,28 @@
 definitions) in the batched-tensor protocol, so agents, ``podracer.train`` and the tournament work
 unchanged::
 
-    env = locomotion.make_env("HalfCheetah", 64)              # backend "auto": envpool, else gymnasium
+    env = locomotion.make_env("HalfCheetah", 64)              # backend "auto": the best installed, logged
     env = locomotion.make_env("Ant", 64, backend="gymnasium", seed=0, normalize_obs=True)
 
 Backends: ``envpool`` (C++ MuJoCo on the CPU; its next-step autoreset converted to same-step) and
 ``gymnasium`` (gymnasium's own v5 envs in a vector env). Needs
 ``pip install "podracer-rl[locomotion]"``; a missing package is an error that says so.
+``isaaclab`` and ``isaacgym`` adapt NVIDIA's simulators (Ant and Humanoid; their own task
+definitions, not v5, so returns do not compare); they need NVIDIA's packages and GPU, and only
+their conversion to the protocol is tested here, against fakes.
 """
 
 from locomotion.envpool_backend import EnvpoolVecEnv, envpool_available
 from locomotion.gymnasium_backend import GymnasiumVecEnv, make_gymnasium_env
+from locomotion.isaacgym_backend import IsaacGymVecEnv, isaacgym_available
+from locomotion.isaaclab_backend import IsaacLabVecEnv, isaaclab_available
 from locomotion.make import BACKENDS, choose_backend, make_env
 from locomotion.normalize import NormalizeObservation
 from locomotion.optional import INSTALL_HINT
 from locomotion.tasks import TASKS, Task, get_task, is_task
 
 __all__ = [
-    "BACKENDS", "EnvpoolVecEnv", "GymnasiumVecEnv", "INSTALL_HINT", "NormalizeObservation", "TASKS", "Task",
-    "choose_backend", "envpool_available", "get_task", "is_task", "make_env", "make_gymnasium_env",
+    "BACKENDS", "EnvpoolVecEnv", "GymnasiumVecEnv", "INSTALL_HINT", "IsaacGymVecEnv", "IsaacLabVecEnv",
+    "NormalizeObservation", "TASKS", "Task", "choose_backend", "envpool_available", "get_task", "is_task",
+    "isaacgym_available", "isaaclab_available", "make_env", "make_gymnasium_env",
 ]

@@ -139,7 +139,7 @@ def test_unknown_task_and_backend_list_the_valid_ones():
     with pytest.raises(ValueError, match="HalfCheetah.*Humanoid"):
         locomotion.make_env("Cheetah", 2)
     with pytest.raises(ValueError, match="envpool.*gymnasium"):
-        locomotion.make_env("Ant", 2, backend="isaacgym")
+        locomotion.make_env("Ant", 2, backend="brax")
     with pytest.raises(ValueError, match="max_episode_steps"):
         locomotion.make_env("Ant", 2, max_episode_steps=0)
     assert locomotion.get_task("HalfCheetah-v5").key == "halfcheetah"
