@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 # Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
 # Either can be overridden: PODRACER_SIZE=full make test.
 
-.PHONY: demo test lab bench install clean
+.PHONY: demo test lab bench rllib-venv install clean
 
 # The install re-runs only when the dependency files change (the stamp is newer otherwise).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,10 +32,29 @@ FINRL_DIR := $(VENV)/finrl-src
 $(FINRL_DIR): | $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps --target $(FINRL_DIR) finrl==0.3.7
 
-bench: $(STAMP) $(FINRL_DIR)
-	for f in benchmarks/*.py; do echo "== $$f"; \
+# RLlib for benchmarks/vs_rllib.py: ray[rllib] 2.60 pins gymnasium 1.2.2 (ours: 1.4), so it gets a
+# virtual environment of its own, inside .venv (ignored by git, removed by `make clean`). Same torch
+# CPU build, numpy and pandas as ours (constraints.txt less its gymnasium pin); the repo itself is not
+# installed there: benchmarks/_rllib_side.py puts the checkout on sys.path for `finance`.
+RLLIB_VENV := $(VENV)/rllib
+RLLIB_PYTHON := $(RLLIB_VENV)/bin/python
+RLLIB_STAMP := $(RLLIB_VENV)/.installed
+$(RLLIB_STAMP): constraints.txt
+	test -x $(RLLIB_PYTHON) || $(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_PYTHON) -m pip install --quiet --upgrade pip
+	grep -v '^gymnasium' constraints.txt > $(RLLIB_VENV)/constraints.txt
+	$(RLLIB_PYTHON) -m pip install --quiet -c $(RLLIB_VENV)/constraints.txt torch==2.13.0 "ray[rllib]==2.60.0" \
+	  numpy pandas pyarrow scipy tqdm pyyaml matplotlib platformdirs
+	$(RLLIB_PYTHON) -c "import ray.rllib, torch, gymnasium; assert '+cpu' in torch.__version__, torch.__version__"
+	touch $(RLLIB_STAMP)
+
+rllib-venv: $(RLLIB_STAMP)
+
+# Every benchmark at its default size; vs_rllib.py runs RLlib in $(RLLIB_VENV) (RLLIB_PYTHON).
+bench: $(STAMP) $(FINRL_DIR) $(RLLIB_STAMP)
+	for f in benchmarks/[!_]*.py; do echo "== $$f"; \
 	  FINRL_ENV_FILE=$(FINRL_DIR)/finrl/meta/env_stock_trading/env_stocktrading.py OMP_WAIT_POLICY=PASSIVE \
-	  $(BIN)/python $$f || exit 1; done
+	  RLLIB_PYTHON=$(RLLIB_PYTHON) $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs *.egg-info

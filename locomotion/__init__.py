@@ -5,9 +5,11 @@ unchanged::
     env = locomotion.make_env("HalfCheetah", 64)              # backend "auto": the best installed, logged
     env = locomotion.make_env("Ant", 64, backend="gymnasium", seed=0, normalize_obs=True)
 
-Backends: ``envpool`` (C++ MuJoCo on the CPU; its next-step autoreset converted to same-step) and
-``gymnasium`` (gymnasium's own v5 envs in a vector env). Needs
-``pip install "podracer-rl[locomotion]"``; a missing package is an error that says so.
+Backends: ``envpool`` (C++ MuJoCo on the CPU; its next-step autoreset converted to same-step),
+``gymnasium`` (gymnasium's own v5 envs in a vector env) and ``warp`` (MuJoCo Warp: all sub-envs as
+worlds of one batched simulation, on the GPU; CPU works, slowly). Needs
+``pip install "podracer-rl[locomotion]"`` (``[warp]`` for warp); a missing package is an error that
+says so.
 ``isaaclab`` and ``isaacgym`` adapt NVIDIA's simulators (Ant and Humanoid; their own task
 definitions, not v5, so returns do not compare); they need NVIDIA's packages and GPU, and only
 their conversion to the protocol is tested here, against fakes.
@@ -21,9 +23,10 @@ from locomotion.make import BACKENDS, choose_backend, make_env
 from locomotion.normalize import NormalizeObservation
 from locomotion.optional import INSTALL_HINT
 from locomotion.tasks import TASKS, Task, get_task, is_task
+from locomotion.warp_backend import WarpVecEnv, warp_available
 
 __all__ = [
     "BACKENDS", "EnvpoolVecEnv", "GymnasiumVecEnv", "INSTALL_HINT", "IsaacGymVecEnv", "IsaacLabVecEnv",
     "NormalizeObservation", "TASKS", "Task", "choose_backend", "envpool_available", "get_task", "is_task",
-    "isaacgym_available", "isaaclab_available", "make_env", "make_gymnasium_env",
+    "isaacgym_available", "isaaclab_available", "make_env", "make_gymnasium_env", "WarpVecEnv", "warp_available",
 ]
