@@ -7,7 +7,8 @@ train -> backtest``. See notebooks 03, 04 and 06. Importing ``finance`` register
 
 # Data: clean price panels (dates x (field, ticker)) from Yahoo, the bundled samples or a file.
 from finance.data import (FIELDS, SAMPLE_OHLCV_TICKERS, SAMPLE_TICKERS, DataError, DataUnavailableError,
-                          DataWarning, load_benchmark, load_prices)
+                          DataWarning, load_benchmark, load_prices, synthetic_prices)
+from finance.trading_calendar import bars_per_year
 
 # Features: causal indicators, the turbulence index, a scaler fitted on train, date splits;
 # prepare_market does all of it in one call.
@@ -23,12 +24,20 @@ from finance.presets import register_presets
 from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare,
                               index_baseline, min_variance_weights)
 
+# Walk-forward: refit on moving training windows, trade each next window out of sample, stitch.
+from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forward
+
+# Overfitting guards: PSR, deflated Sharpe (DSR) and the probability of backtest overfitting (CSCV).
+from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_sharpe, probabilistic_sharpe_ratio,
+                                 probability_of_backtest_overfitting, psr_from_moments, sharpe_ratio,
+                                 trial_returns_from_leaderboard)
+
 register_presets()
 
 __all__ = [
     # data
     "FIELDS", "SAMPLE_OHLCV_TICKERS", "SAMPLE_TICKERS", "DataError", "DataUnavailableError", "DataWarning",
-    "load_benchmark", "load_prices",
+    "load_benchmark", "load_prices", "synthetic_prices", "bars_per_year",
     # features
     "DEFAULT_INDICATORS", "FeatureScaler", "MarketData", "add_features", "prepare_market", "relative_features",
     "split_by_date", "turbulence", "warmup_days",
@@ -37,4 +46,9 @@ __all__ = [
     # backtest
     "METRICS", "BacktestResult", "BuyAndHoldPolicy", "backtest", "buy_and_hold", "compare", "index_baseline",
     "min_variance_weights",
+    # walk-forward
+    "RebalancePolicy", "WalkForwardResult", "walk_forward",
+    # overfitting
+    "PBOResult", "deflated_sharpe_ratio", "expected_max_sharpe", "probabilistic_sharpe_ratio",
+    "probability_of_backtest_overfitting", "psr_from_moments", "sharpe_ratio", "trial_returns_from_leaderboard",
 ]

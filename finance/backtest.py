@@ -18,7 +18,9 @@ day d show from day d+1); ``positions[d]`` are the shares held after day d's tra
 ``trades[d]`` the signed shares traded at day d's close (none on the last day, the end).
 
 ``result.metrics()`` uses empyrical (``import empyrical``, the empyrical-reloaded package) on the
-daily simple returns, annualised with ``bars_per_year`` (252 trading days).
+per-bar simple returns, annualised with ``bars_per_year``: by default inferred from the dates by
+``finance.trading_calendar.bars_per_year`` (252 for daily NYSE bars, 1764 hourly, 365 daily 24/7),
+252 for data without dates; an explicit number is used as given.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pandas as pd
 import torch
 
 from finance.data import check_dates, check_number, check_prices
+from finance.trading_calendar import resolve_bars_per_year
 from finance.env import StockTradingVecEnv
 from podracer import as_policy
 
@@ -51,7 +54,9 @@ class BacktestResult:
         costs: (D,) transaction costs paid at each day's close; None for a plain series.
         close: (D, S) closes of the period (for weights and traded value).
         baselines: other strategies on the same dates, by name.
-        bars_per_year: bars per year for annualisation (252 for daily bars).
+        bars_per_year: bars per year for annualisation; None (the default) infers it from
+            ``account_value``'s dates (``finance.trading_calendar.bars_per_year``: 252 daily,
+            1764 hourly NYSE bars), 252 without dates. Holds the number used after construction.
     """
 
     name: str
@@ -61,10 +66,13 @@ class BacktestResult:
     costs: pd.Series | None = None
     close: pd.DataFrame | None = None
     baselines: dict[str, "BacktestResult"] = dataclasses.field(default_factory=dict)
-    bars_per_year: int = 252
+    bars_per_year: int | None = None
+
+    def __post_init__(self) -> None:
+        self.bars_per_year = resolve_bars_per_year(self.bars_per_year, self.account_value.index)
 
     def returns(self) -> pd.Series:
-        """Daily simple returns of the account value (first day dropped)."""
+        """Per-bar simple returns of the account value (first bar dropped)."""
         return self.account_value.pct_change().iloc[1:]
 
     def weights(self) -> pd.DataFrame:
@@ -85,7 +93,7 @@ class BacktestResult:
 
         ``cumulative_return``, ``annual_return`` (CAGR), ``annual_volatility``, ``sharpe`` and
         ``sortino`` (risk-free 0), ``max_drawdown`` (negative), ``calmar``; ``turnover``: mean
-        daily traded value / account value, times ``bars_per_year`` (buy-and-hold: about 1 /
+        per-bar traded value / account value, times ``bars_per_year`` (buy-and-hold: about 1 /
         years); ``costs``: costs paid / initial value. The last two are NaN for plain series.
         """
         import empyrical  # the empyrical-reloaded package
@@ -164,7 +172,7 @@ class BacktestResult:
 
     def __repr__(self) -> str:
         v = self.account_value
-        return (f"BacktestResult({self.name!r}, {v.index[0]} .. {v.index[-1]}, {len(v)} days, "
+        return (f"BacktestResult({self.name!r}, {v.index[0]} .. {v.index[-1]}, {len(v)} bars, "
                 f"final value {v.iloc[-1]:,.2f}, baselines {list(self.baselines)})")
 
 
@@ -195,7 +203,8 @@ def _check_cash_and_costs(initial_cash: float, cost_pct: float) -> tuple[float, 
 
 
 def buy_and_hold(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, initial_cash: float = 1e6,
-                 cost_pct: float = 1e-3, name: str = "buy_and_hold", bars_per_year: int = 252) -> BacktestResult:
+                 cost_pct: float = 1e-3, name: str = "buy_and_hold",
+                 bars_per_year: int | None = None) -> BacktestResult:
     """Spend ``weights[s] * initial_cash`` on stock s at the first close, hold to the end.
 
     Whole shares, rounded down: ``floor(w * cash / (price * (1 + cost_pct)))``, so the cost is
@@ -243,7 +252,7 @@ def min_variance_weights(train_close: pd.DataFrame) -> np.ndarray:
 
 
 def index_baseline(benchmark: pd.Series, dates: pd.Index, initial_cash: float = 1e6, name: str = "index",
-                   bars_per_year: int = 252) -> BacktestResult:
+                   bars_per_year: int | None = None) -> BacktestResult:
     """A benchmark close series on ``dates`` (last known close on each date), rescaled to start at
     ``initial_cash``. No costs: an index is not traded."""
     b = benchmark.sort_index()
@@ -305,7 +314,7 @@ def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
 @torch.no_grad()
 def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, features: pd.DataFrame | None = None,
              turbulence: pd.Series | None = None, *, benchmark: pd.Series | None = None,
-             train_close: pd.DataFrame | None = None, name: str = "policy", bars_per_year: int = 252,
+             train_close: pd.DataFrame | None = None, name: str = "policy", bars_per_year: int | None = None,
              baselines: bool = True, **env_kwargs: Any) -> BacktestResult:
     """Run ``policy`` deterministically from the first day to the last; return a ``BacktestResult``.
 
@@ -319,6 +328,8 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         benchmark: a close series for the ``index`` baseline (e.g. ``finance.data.load_benchmark``).
         train_close: the training window's closes for the ``min_variance`` baseline.
         baselines: False skips all baselines.
+        bars_per_year: for annualising the metrics; None infers it from the env's dates (hourly
+            bars: 1764), and the baselines use the same number.
     """
     if isinstance(env_or_close, StockTradingVecEnv):
         if features is not None or turbulence is not None or env_kwargs:
@@ -357,6 +368,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     value = pd.Series(torch.cat(values).cpu().numpy(), index=dates, name=name)
     close = env.close_frame()
     result = BacktestResult(name, value, positions, tr, co, close, bars_per_year=bars_per_year)
+    bars_per_year = result.bars_per_year  # inferred once, shared by the baselines
     if baselines:
         ic, c = env.initial_cash, env.cost_pct
         equal = np.full(S, 1.0 / S)
@@ -370,12 +382,13 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
 
 
 def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool = True,
-            bars_per_year: int = 252) -> pd.DataFrame:
+            bars_per_year: int | None = None) -> pd.DataFrame:
     """A metrics table, one row per strategy.
 
     ``items``: ``BacktestResult`` objects (with their baselines unless ``include_baselines`` is
     False), account-value or price series (named by ``series.name``), or dicts name -> either.
-    Rows with the same name keep the first.
+    Rows with the same name keep the first. ``bars_per_year`` applies to the series; None infers
+    it from each series' dates. A ``BacktestResult`` keeps its own.
     """
     rows: dict[str, pd.Series] = {}
 

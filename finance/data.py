@@ -12,7 +12,12 @@ came from:
 Sources:
 
 - ``"yfinance"``: Yahoo Finance through ``yfinance.download`` (split- and dividend-adjusted
-  OHLCV), cached as parquet so that a second call, or a call offline, reads the file.
+  OHLCV), cached as parquet so that a second call, or a call offline, reads the file. Any
+  yfinance ``interval`` (``"1d"``, ``"1h"``, ``"5m"``, ``"1wk"``); intraday bars are the regular
+  session only (yfinance's ``prepost=False``), labelled by their start. Yahoo serves intraday
+  history for recent days only (``YF_INTRADAY_DAYS``: 1h for the last 730 days, 5m for 60, 1m
+  for 30, at most 8 days per 1m request); when such a request comes back empty, the
+  ``DataUnavailableError`` says so. A cached copy of an older download is still read.
 - ``"sample"``: the bundled offline sample, 20 large US stocks (``SAMPLE_TICKERS``), adjusted
   close only, 1990-01-02 .. 2022-12-28 (from skfolio, BSD-3). ``load_benchmark`` gives the
   S&P 500 index over the same dates.
@@ -22,6 +27,16 @@ Sources:
 - a path to a ``.parquet`` or ``.csv[.gz]`` file, "long" (columns ``date``, ``ticker`` or
   FinRL's ``tic``, and any of ``FIELDS``) or "wide" (a ``date`` column and one close column
   per ticker). The yfinance cache files are long parquet files, so they load this way too.
+
+``synthetic_prices(tickers, start, end, interval="1h")`` makes a deterministic SYNTHETIC panel
+(random walks on an NYSE-like session calendar, no network) in the same shape, for offline tests
+and examples of intraday bars; it is not market data.
+
+Time stamps: Yahoo's intraday index is tz-aware (the exchange's zone, e.g. America/New_York). It
+is made tz-naive in the exchange's wall-clock time, so 09:30 is the open all year (DST included)
+and a bar's calendar day is its trading day; if that would repeat a stamp (a 24/7 market in a DST
+zone, at the autumn change) the index is kept in UTC instead. Daily bars are dated at midnight.
+``finance.trading_calendar.bars_per_year`` reads these stamps to annualise backtest metrics.
 
 ``finance/data/README.md`` documents the bundled files, their sources and licences.
 
@@ -52,6 +67,7 @@ import os
 import re
 import tempfile
 import warnings
+import zlib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -59,6 +75,8 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 import pandas as pd
+
+from finance.trading_calendar import bars_per_year, session_index
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +99,11 @@ _BENCHMARK_FILE = "sp500_index.parquet"
 # yfinance's documented intervals; passed through unchanged.
 YF_INTERVALS: tuple[str, ...] = ("1m", "2m", "5m", "15m", "30m", "60m", "90m", "1h", "1d", "5d", "1wk",
                                  "1mo", "3mo")
+# Days of intraday history Yahoo serves, counted back from today (yfinance's documentation and
+# its own checks in yfinance/scrapers/history.py); 1m bars also come at most 8 days per request.
+YF_INTRADAY_DAYS: dict[str, int] = {"1m": 30, "2m": 60, "5m": 60, "15m": 60, "30m": 60, "90m": 60,
+                                    "60m": 730, "1h": 730}
+_YF_1M_REQUEST_DAYS = 8
 _CACHE_FORMAT = "v1"  # bump when the layout of cache files changes, so old files are not read
 
 
@@ -195,14 +218,15 @@ def load_prices(
         source: ``"yfinance"``, ``"sample"``, ``"sample_ohlcv"`` or the path of a parquet/csv
             file (see the module docstring).
         interval: yfinance bar size, passed through unchanged (``"1d"``, ``"1h"``, ``"5m"``,
-            ...; Yahoo serves minute bars for recent weeks only). Samples are daily and accept
-            only ``"1d"``; a file is returned at its own frequency.
+            ...; Yahoo serves intraday bars for recent days only, see ``YF_INTRADAY_DAYS``).
+            Samples are daily and accept only ``"1d"``; a file is returned at its own frequency.
         cache_dir: where yfinance downloads are cached as parquet; default
             ``platformdirs.user_cache_dir("podracer")``.
         fields: the subset of ``FIELDS`` to return; ``None`` means all the source has (only
             ``close`` for ``"sample"``).
         min_days: fewer dates than this after cleaning raises ``DataError``.
-        ffill_limit: longest gap (in rows) that is forward-filled; longer gaps drop the ticker.
+        ffill_limit: longest gap (in rows, i.e. bars) that is forward-filled; longer gaps drop
+            the ticker.
 
     Returns:
         ``DataFrame`` indexed by a tz-naive ``DatetimeIndex`` named ``"date"``, with
@@ -246,16 +270,21 @@ def load_prices(
 
 
 def load_benchmark(start: DateLike = None, end: DateLike = None, source: str | os.PathLike = "sample",
-                   cache_dir: str | os.PathLike | None = None, min_days: int = 1) -> pd.Series:
+                   cache_dir: str | os.PathLike | None = None, min_days: int = 1,
+                   interval: str = "1d") -> pd.Series:
     """The S&P 500 index close as a ``Series`` named ``"S&P 500"``, indexed like ``load_prices``.
 
     ``source="sample"`` reads the bundled copy (1990-01-02 .. 2022-12-28, skfolio);
     ``"yfinance"`` downloads ``^GSPC``; a path reads a wide file with one price column (or a
-    column named ``"S&P 500"``). Dates follow ``load_prices``: both ends inclusive.
+    column named ``"S&P 500"``). Dates follow ``load_prices``: both ends inclusive. ``interval``
+    is yfinance's bar size (``"1h"`` to match hourly prices); the sample is daily.
     """
+    if interval != "1d" and not (isinstance(source, str) and source == "yfinance"):
+        raise DataError(f"interval={interval!r} needs source='yfinance'; the bundled benchmark and files are read "
+                        f"at their own frequency (interval='1d')")
     if isinstance(source, str) and source == "yfinance":
         prices = load_prices([BENCHMARK_YAHOO_TICKER], start, end, source="yfinance", cache_dir=cache_dir,
-                             fields=["close"], min_days=min_days)
+                             fields=["close"], min_days=min_days, interval=interval)
         series = prices["close"][BENCHMARK_YAHOO_TICKER]
     elif isinstance(source, str) and source == "sample":
         prices = load_prices([BENCHMARK_NAME], start, end, source=_data_dir() / _BENCHMARK_FILE,
@@ -276,6 +305,46 @@ def load_benchmark(start: DateLike = None, end: DateLike = None, source: str | o
         column = column if column is not None else close.columns[0]
         series = load_prices([column], start, end, source=path, fields=["close"], min_days=min_days)["close"][column]
     return series.rename(BENCHMARK_NAME)
+
+
+def synthetic_prices(tickers: str | Sequence[str], start: DateLike, end: DateLike, interval: str = "1h",
+                     seed: int = 0, calendar: str = "XNYS", annual_vol: float = 0.2,
+                     annual_drift: float = 0.05) -> pd.DataFrame:
+    """SYNTHETIC OHLCV bars, not market data: a deterministic offline panel shaped like ``load_prices``.
+
+    Each ticker is a geometric random walk with ``annual_vol`` and ``annual_drift`` spread over
+    ``bars_per_year(interval, calendar)`` bars, on the bar stamps of
+    ``finance.trading_calendar.session_index`` (NYSE: weekdays, 09:30 .. 15:30 hourly, no
+    holidays; ``calendar="24/7"`` for every hour of every day). The open is the previous close
+    with a small jump, high and low bracket open and close, volume is lognormal. A ticker's path
+    depends only on ``(seed, ticker, start, end, interval)``, not on the other tickers asked for.
+    """
+    names = _as_ticker_list(tickers)
+    if names is None:
+        raise DataError("synthetic_prices needs tickers, got None; pass e.g. ['AAA', 'BBB']")
+    start_ts, end_ts = _check_range(start, end)
+    if start_ts is None or end_ts is None:
+        raise DataError("synthetic_prices needs start and end dates, e.g. '2024-01-02', '2024-03-29'")
+    try:
+        index, n = session_index(start_ts, end_ts, interval, calendar), bars_per_year(interval, calendar)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    if len(index) < 2:
+        raise DataError(f"{start_ts.date()} .. {end_ts.date()} has {len(index)} {interval} bar(s) on the {calendar} "
+                        f"calendar; choose a range with at least 2 (weekdays for XNYS)")
+    sigma = check_number(annual_vol, "annual_vol", DataError) / np.sqrt(n)  # per bar
+    mu = check_number(annual_drift, "annual_drift", DataError) / n - 0.5 * sigma**2  # Ito: mean simple growth = drift
+    parts = {}
+    for name in names:
+        rng = np.random.default_rng([check_int(seed, "seed", low=0, error=DataError), zlib.crc32(name.encode())])
+        close = rng.uniform(20.0, 200.0) * np.exp(np.cumsum(rng.normal(mu, sigma, len(index))))
+        opens = np.r_[close[0], close[:-1]] * np.exp(rng.normal(0.0, sigma / 4, len(index)))
+        wick = np.exp(np.abs(rng.normal(0.0, sigma / 2, (2, len(index)))))
+        parts[name] = pd.DataFrame({"open": opens, "high": np.maximum(opens, close) * wick[0],
+                                    "low": np.minimum(opens, close) / wick[1], "close": close,
+                                    "volume": np.round(rng.lognormal(np.log(1e5), 0.5, len(index)))}, index=index)
+    panel = pd.concat(parts, axis=1, names=["ticker", "field"]).swaplevel(axis=1)
+    return panel.reindex(columns=pd.MultiIndex.from_product([FIELDS, names], names=["field", "ticker"]))
 
 
 # ---------------------------------------------------------------------------- validation
@@ -467,6 +536,7 @@ def _download(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interv
                           "or use source='sample'") from exc
 
     what = f"{', '.join(tickers)} from {start.date()} to {end.date()} (interval {interval})"
+    limit = _intraday_history_note(start, end, interval)  # the likely reason, for old intraday requests
     fix = (f"Use source='sample' for the bundled offline data (tickers {', '.join(SAMPLE_TICKERS)}; "
            f"1990-01-02 .. 2022-12-28), or run once online to fill the cache (no cached copy at {path}).")
     try:
@@ -475,11 +545,11 @@ def _download(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interv
                             end=(end.normalize() + pd.Timedelta(days=1)).strftime("%Y-%m-%d"),
                             interval=interval, auto_adjust=True, group_by="ticker", threads=False, progress=False)
     except Exception as exc:  # any failure inside yfinance means the same thing to the caller
-        raise DataUnavailableError(f"yfinance failed for {what}: {type(exc).__name__}: {exc}. {fix}") from exc
+        raise DataUnavailableError(f"yfinance failed for {what}: {type(exc).__name__}: {exc}. {limit}{fix}") from exc
     # Offline, yfinance logs each failure and returns an empty frame instead of raising.
     if frame is None or frame.empty or frame.dropna(how="all").empty:
-        raise DataUnavailableError(f"yfinance returned no data for {what}: offline, rate-limited, or unknown "
-                                   f"tickers (yfinance logs the reason). {fix}")
+        reason = limit or "offline, rate-limited, or unknown tickers (yfinance logs the reason). "
+        raise DataUnavailableError(f"yfinance returned no data for {what}: {reason}{fix}")
     return _yfinance_to_panel(frame, tickers)
 
 
@@ -501,9 +571,40 @@ def _yfinance_to_panel(frame: pd.DataFrame, tickers: list[str]) -> pd.DataFrame:
     present = [f for f in FIELDS if f in frame.columns.get_level_values("field")]
     columns = pd.MultiIndex.from_product([present, tickers], names=["field", "ticker"])
     frame = frame.reindex(columns=columns)  # a ticker yfinance left out becomes all-NaN: reported later
-    index = pd.DatetimeIndex(frame.index)
-    frame.index = (index.tz_localize(None) if index.tz is not None else index).rename("date").as_unit("ns")
+    frame.index = _naive_index(pd.DatetimeIndex(frame.index)).rename("date").as_unit("ns")
     return frame.sort_index()
+
+
+def _naive_index(index: pd.DatetimeIndex) -> pd.DatetimeIndex:
+    """Tz-aware stamps -> tz-naive exchange wall-clock time (09:30 is the open all year), or UTC
+    where wall-clock time would repeat a stamp (24/7 bars in a DST zone); see the module docstring."""
+    if index.tz is None:
+        return index
+    wall = index.tz_localize(None)
+    if wall.has_duplicates and not index.has_duplicates:
+        log.info("intraday stamps in %s repeat at a DST change; keeping them in UTC", index.tz)
+        return index.tz_convert("UTC").tz_localize(None)
+    return wall
+
+
+def _intraday_history_note(start: pd.Timestamp, end: pd.Timestamp, interval: str) -> str:
+    """Why Yahoo refuses an intraday request (older than it serves, or too long for 1m), or "".
+
+    Said only once a download came back empty: the limits are Yahoo's, and may change."""
+    days = YF_INTRADAY_DAYS.get(interval)
+    if days is None:
+        return ""
+    earliest = pd.Timestamp.today().normalize() - pd.Timedelta(days=days)
+    if start < earliest:
+        longer = "interval='1h' (730 days) or '1d'" if days < 730 else "interval='1d'"
+        return (f"Yahoo serves {interval} bars for the last {days} days only (from {earliest.date()}), and "
+                f"start={start.date()} is older: start on or after {earliest.date()}, use {longer} for older "
+                f"history, or load a saved file (source=path). ")
+    span = (end.normalize() - start.normalize()).days + 1
+    if interval == "1m" and span > _YF_1M_REQUEST_DAYS:
+        return (f"Yahoo serves at most {_YF_1M_REQUEST_DAYS} days of 1m bars per request, and this asks for {span} "
+                f"days: ask for {_YF_1M_REQUEST_DAYS} days at a time, or use interval='2m'. ")
+    return ""
 
 
 def _write_cache(panel: pd.DataFrame, path: Path) -> None:

@@ -28,6 +28,9 @@ An episode starts on day ``t0`` (0, or uniform in ``[0, T-1-episode_length]`` wi
 ``episode_length`` steps, or to the last day when ``episode_length`` is None. The end is a
 *truncation* (the account would go on; learners bootstrap with ``V(final_obs)``): ``terminated``
 is always False (cash and holdings never go negative, so the account cannot go bust).
+``reset(options={"cash": c, "holdings": h})`` starts that one reset's episodes from a given
+account instead (a walk-forward carries one test window's account into the next,
+``finance.walk_forward``); later autoresets start from cash again.
 
 Observation (float32), ``1 + S + S + F*S`` values, names in ``env.obs_names``
 -----------------------------------------------------------------------------
@@ -370,19 +373,44 @@ class StockTradingVecEnv(TensorVecEnv):
     # -- protocol
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Start a new episode in every account. Returns obs (N, obs_dim) and info with
-        ``account_value``, ``cash`` (N,), ``holdings`` (N, S) and ``day`` (N,) row indices."""
+        ``account_value``, ``cash`` (N,), ``holdings`` (N, S) and ``day`` (N,) row indices.
+
+        ``options={"cash": c, "holdings": h}`` (either key) starts from that account instead of
+        all cash: ``c`` a number or (N,), ``h`` shares per stock, (S,) or (N, S), all >= 0."""
         self._seed(None if seed is None else check_int(seed, "seed"))
         start, cash = self._draw_starts()
+        holdings = torch.zeros(self.num_envs, self.num_stocks, dtype=self.dtype, device=self.device)
+        if options:
+            cash, holdings = self._given_account(options, cash)
         self.day = start.clone()  # (N,) row of the data each account is on
         self.elapsed = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)  # (N,) steps this episode
-        self.cash = cash.clone()  # (N,)
-        self.holdings = torch.zeros(self.num_envs, self.num_stocks, dtype=self.dtype, device=self.device)  # (N, S)
-        self.value = cash.clone()  # (N,) account value at the current day's close
-        self.total_costs = torch.zeros(self.num_envs, dtype=self.dtype, device=self.device)  # (N,) this episode
         self.price = self.close_prices.index_select(0, self.day)  # (N, S) close of each account's current day
-        obs = self._observe(self.cash, self.holdings, self.day)  # holdings are 0: position values 0
+        self.cash = cash.clone()  # (N,)
+        self.holdings = holdings  # (N, S)
+        position_value = holdings * self.price
+        self.value = cash + position_value.sum(1)  # (N,) account value at the current day's close
+        self.total_costs = torch.zeros(self.num_envs, dtype=self.dtype, device=self.device)  # (N,) this episode
+        obs = self._observe(self.cash, position_value, self.day)
         return obs, {"account_value": self.value.clone(), "cash": self.cash.clone(),
                      "holdings": self.holdings.clone(), "day": self.day.clone()}
+
+    def _given_account(self, options: dict, drawn_cash: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cash (N,), holdings (N, S)) from ``reset``'s options, checked; cash defaults to the drawn one."""
+        unknown = sorted(set(options) - {"cash", "holdings"})
+        if unknown:
+            raise ValueError(f"unknown reset options {unknown}; StockTradingVecEnv.reset takes "
+                             "options={'cash': number or (N,), 'holdings': (S,) or (N, S) shares}")
+        N, S = self.num_envs, self.num_stocks
+        out = []
+        for key, default, shape in (("cash", drawn_cash, (N,)), ("holdings", torch.zeros(S), (N, S))):
+            given = options.get(key)
+            x = torch.as_tensor(_to_numpy(default if given is None else given), dtype=self.dtype, device=self.device)
+            if tuple(x.shape) not in (shape, shape[1:], ()):
+                raise ValueError(f"reset option {key!r} must have shape {shape} or {shape[1:]}, got {tuple(x.shape)}")
+            if not (torch.isfinite(x).all() and (x >= 0).all()):
+                raise ValueError(f"reset option {key!r} must be finite and >= 0 (no short positions), got {x}")
+            out.append(x.expand(shape).clone())
+        return out[0], out[1]
 
     def step(self, actions: torch.Tensor):
         """Trade at today's close, move to the next day, mark the account there (module doc).

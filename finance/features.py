@@ -79,7 +79,8 @@ def _parse(name: str) -> tuple[str, int]:
 
 
 def warmup_days(indicators: Sequence[str] = DEFAULT_INDICATORS) -> int:
-    """Rows before every indicator has a full window (the longest window; 60 for the defaults)."""
+    """Rows (bars) before every indicator has a full window (the longest window; 60 for the
+    defaults). Windows count bars, so on hourly bars ``rsi_30`` spans 30 hours."""
     return max((_parse(name)[1] for name in indicators), default=0)
 
 
@@ -226,7 +227,8 @@ def turbulence(close: pd.DataFrame, window: int = 252) -> pd.Series:
 
     Args:
         close: dates x tickers closes (``prices["close"]``), no NaN.
-        window: days of history for the mean and covariance (252: one trading year).
+        window: bars (rows) of history for the mean and covariance (252: one trading year of
+            daily bars; for hourly NYSE bars a year is 1764, ``finance.bars_per_year("1h")``).
 
     Returns:
         ``Series`` named ``"turbulence"`` with the index of ``close``.

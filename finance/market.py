@@ -97,7 +97,9 @@ def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source:
     scaler = FeatureScaler().fit(splits["train"]["features"])
     benchmark: dict[str, pd.Series] = {}
     if source in ("sample", "yfinance"):
-        index = load_benchmark(history_start, end, source=source, cache_dir=load_kwargs.get("cache_dir"))
+        # Same bar frequency as the prices: a daily index reindexed onto hourly bars would be all NaN.
+        index = load_benchmark(history_start, end, source=source, cache_dir=load_kwargs.get("cache_dir"),
+                               interval=load_kwargs.get("interval", "1d") if source == "yfinance" else "1d")
         benchmark = {name: index.reindex(part["close"].index).ffill() for name, part in splits.items()}
     return MarketData(
         close={name: part["close"] for name, part in splits.items()},
