@@ -1,137 +1,273 @@
-"""One pod versus a tournament of four, at the same total env steps.
+"""Does a tournament pay off? Three arms at equal env steps, over several seeds, on held-out data.
 
-For each task this trains PPO (a) as one pod for ``pods * generations * generation_steps`` env
-steps, evaluating every ``generation_steps``, and (b) as a ``Tournament`` of 4 pods, each
-generation ``generation_steps`` long. It prints, for both:
+PBT's promise is to find good hyperparameters from an untuned start. Each arm trains PPO for the
+same total env steps ``pods * generations * generation_steps`` and keeps the agent with the best
+validation score; that agent is then scored on data no arm selected on:
 
-- ``best_valid``: the best validation score seen (one pod: the best of its evaluations; the
-  tournament: the top of the board). Both took the same number of evaluations, but the
-  tournament's maximum is over 4 lineages, so it is optimistically biased;
-- ``test``: the best-validated agent re-evaluated on held-out episodes (Pendulum: other start
-  states; stocks: the following year), which is the honest number;
-- ``test_ens3`` (tournament only): the ensemble of the top 3 on the same held-out episodes;
-- ``wall_s``: wall-clock seconds. Pods are processes with one torch thread each, so 4 pods on a
-  machine with fewer than 4 free cores run slower per pod than the single one.
+- ``default``: one pod with PPO's plain config defaults (``make_agent(..., preset=None)``), on as
+  many sub-envs as the preset uses; it evaluates every ``generation_steps`` and keeps the best;
+- ``preset``: one pod with the tuned preset (``PRESETS["pendulum"]``, ``"stock_trading"``), the
+  same way: what hand tuning buys;
+- ``tournament``: ``pods`` pods starting from the same plain defaults; population based training
+  (``podracer.tournament.selection``) picks parents and mutates their hyperparameters.
 
-Run: ``.venv/bin/python benchmarks/tournament_vs_single.py`` (PODRACER_SIZE=full for longer).
+Tasks:
+
+- ``pendulum``: validation on 32 start states (seed 10,000), test on 64 other ones (seed 777);
+  the test score is the mean return.
+- ``stocks``: a rolling walk-forward (``finance.walk_forward``) on the bundled sample of 20 US
+  stocks: each window trains on 3 years and validates on the next year (selection, the
+  tournament's scores), then trades the following year out of sample; the account carries over
+  between windows. Every arm trains afresh in every window. The test score is the Sharpe ratio
+  of the stitched out-of-sample curve. PBO (Bailey et al. 2017, CSCV with 16 blocks) is computed
+  over the trials = every (arm, seed) walk-forward, their daily out-of-sample returns: it asks
+  whether picking the best of these runs on half the out-of-sample days picks an above-median
+  one on the other half, i.e. whether the differences between runs persist or are noise.
+
+Wall time is reported but is not the comparison: the tournament's pods are processes with one
+torch thread each, sharing whatever cores the machine has free.
+
+Run: ``.venv/bin/python benchmarks/tournament_vs_single.py`` (``--quick``: a few minutes;
+``--seeds N``; ``--tasks pendulum``).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
 import math
 import os
 import tempfile
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import pandas as pd
 import torch
 
 import podracer
-from podracer.agents.ppo import PPO, PRESETS
 from podracer.tournament import Tournament
 
-SIZE = os.environ.get("PODRACER_SIZE", "smoke")
 PODS = 4
-GENERATIONS = {"smoke": 4, "full": 8}[SIZE]
+ARMS = ("default", "preset", "tournament")
 VALID_SEED, TEST_SEED = 10_000, 777
 
 
-# ---------------------------------------------------------------------------- tasks (module level: picklable)
-def pendulum_env(num_envs: int) -> podracer.envs.PendulumVecEnv:
-    return podracer.make_env("pendulum", num_envs)
+@dataclass(frozen=True)
+class Budget:
+    generation_steps: int  # a multiple of the rollout sizes of both configs, so no arm overshoots
+    generations: int
+
+    @property
+    def total(self) -> int:
+        return PODS * self.generations * self.generation_steps
 
 
-@functools.lru_cache(maxsize=None)
-def stock_close(split: str) -> pd.DataFrame:
-    from finance.data import load_prices
-
-    close = load_prices(["AAPL", "JPM", "KO", "MSFT", "XOM"], "2005-01-01", "2015-12-31", source="sample")
-    close = close["close"]
-    spans = {"train": ("2005-01-01", "2012-12-31"), "valid": ("2013-01-01", "2014-12-31"),
-             "test": ("2015-01-01", "2015-12-31")}
-    return close.loc[spans[split][0]:spans[split][1]]
-
-
-def stock_env(split: str, num_envs: int):
-    from finance.env import StockTradingVecEnv
-
-    train_close = stock_close("train")
-    if split == "train":  # one-year episodes from random days: varied starts for training
-        return StockTradingVecEnv(train_close, num_envs=num_envs, episode_length=252, random_start=True,
-                                  dtype=torch.float32)
-    # The whole period from its first day, log prices scaled like the training env's.
-    return StockTradingVecEnv(stock_close(split), num_envs=num_envs, price_scale=train_close.iloc[0].to_numpy(),
-                              dtype=torch.float32)
-
-
-TASKS = {
-    "pendulum": dict(
-        make_env=functools.partial(pendulum_env, 256), make_valid=functools.partial(pendulum_env, 32),
-        make_test=functools.partial(pendulum_env, 64), test_seed=TEST_SEED, generation_steps=20_480,
-        agent_config=dict(PRESETS["pendulum"].config)),
-    "stocks": dict(
-        make_env=functools.partial(stock_env, "train", 64), make_valid=functools.partial(stock_env, "valid", 1),
-        make_test=functools.partial(stock_env, "test", 1), test_seed=0, generation_steps=16_384,
-        agent_config=dict(num_steps=32, num_minibatches=4, update_epochs=5, learning_rate=3e-4, gamma=0.99,
-                          log_std_init=-0.5, hidden_sizes=(64, 64))),
+# Pendulum, 96 sub-envs: defaults roll out 22 x 96 = 2,112 steps, the preset 16 x 96 = 1,536;
+# 16,896 is a multiple of both. Stocks, 64 sub-envs: both roll out 32 x 64 = 2,048.
+BUDGETS = {
+    "pendulum": {"quick": Budget(16_896, 3), "full": Budget(16_896, 6)},
+    "stocks": {"quick": Budget(8_192, 2), "full": Budget(8_192, 4)},
 }
+STOCK_WINDOWS = {"quick": 2, "full": 3}
 
 
-# ---------------------------------------------------------------------------- the two setups
-def single_pod(task: dict, total_steps: int, seed: int = 0) -> dict:
+# ---------------------------------------------------------------------------- the arms
+def train_single(make_env: Callable[[], Any], make_valid: Callable[[], Any], preset: str | None, budget: Budget,
+                 seed: int) -> tuple[Any, dict[str, Any]]:
+    """One pod for ``budget.total`` env steps; returns the best-validated agent and run facts."""
     torch.set_num_threads(1)  # the same share of the machine as one tournament pod
     start = time.perf_counter()
-    podracer.seed_everything(seed)
-    env, valid = task["make_env"](), task["make_valid"]()
-    agent = podracer.make_agent("ppo", env, seed=seed, **task["agent_config"])
-    best, best_ckpt = -math.inf, None
-    for row in podracer.iterate_training(agent, env, total_steps, eval_env=valid, eval_every=task["generation_steps"],
+    env, valid = make_env(), make_valid()
+    agent = podracer.make_agent("ppo", env, preset=preset, seed=seed, verbose=False)
+    best, best_ckpt, steps = -math.inf, None, 0
+    for row in podracer.iterate_training(agent, env, budget.total, eval_env=valid, eval_every=budget.generation_steps,
                                          seed=seed, eval_seed=VALID_SEED):
+        steps = int(row["global_step"])
         if row.get("eval/return_mean", -math.inf) > best:
             best, best_ckpt = row["eval/return_mean"], copy.deepcopy(agent.checkpoint())
-    wall = time.perf_counter() - start
-    test = podracer.evaluate(PPO.from_checkpoint(best_ckpt), task["make_test"](), seed=task["test_seed"])
-    return {"setup": "1 pod", "env_steps": total_steps, "best_valid": best, "test": test["eval/return_mean"],
-            "test_ens3": math.nan, "wall_s": wall}
+    best_agent = type(agent).from_checkpoint(best_ckpt)
+    return best_agent, {"env_steps": steps, "valid": best, "wall_s": time.perf_counter() - start,
+                        "learning_rate": agent.config.learning_rate}
 
 
-def tournament(task: dict, store: str, seed: int = 0) -> dict:
+def train_tournament(make_env: Callable[[], Any], make_valid: Callable[[], Any], budget: Budget, seed: int,
+                     **options: Any) -> tuple[Any, dict[str, Any]]:
+    """``PODS`` pods from the plain defaults (``preset=None``); returns the board's best agent."""
     start = time.perf_counter()
-    t = Tournament(task["make_env"], task["make_valid"], agent="ppo", pods=PODS, generations=GENERATIONS,
-                   generation_steps=task["generation_steps"], agent_config=task["agent_config"], store=store,
-                   threads_per_pod=1, seed=seed, eval_seed=VALID_SEED, explore_prob=0.0)
-    t.run(progress=None)
-    wall = time.perf_counter() - start
-    torch.set_num_threads(1)
-    frame = t.board.to_frame()
-    test = podracer.evaluate(t.best(), task["make_test"](), seed=task["test_seed"])
-    ens = podracer.evaluate(t.ensemble(3), task["make_test"](), seed=task["test_seed"])
+    with tempfile.TemporaryDirectory(prefix="podracer-tvs-") as store:
+        t = Tournament(make_env, make_valid, agent="ppo", pods=PODS, generations=budget.generations,
+                       generation_steps=budget.generation_steps, store=store, threads_per_pod=1, seed=seed,
+                       eval_seed=VALID_SEED, preset=None, **options)
+        t.run(progress=None)
+        torch.set_num_threads(1)
+        frame = t.board.to_frame()
+        best = t.best()
     trained = frame["env_steps"] - frame["parent_id"].map(frame["env_steps"]).fillna(0)  # per generation
-    return {"setup": f"{PODS} pods", "env_steps": int(trained.sum()),
-            "best_valid": frame["score"].max(), "test": test["eval/return_mean"],
-            "test_ens3": ens["eval/return_mean"], "wall_s": wall}
+    top = frame.sort_values("score", ascending=False).iloc[0]
+    return best, {"env_steps": int(trained.sum()), "valid": float(top["score"]), "wall_s": time.perf_counter() - start,
+                  "learning_rate": float(top["hp/learning_rate"]), "best_generation": int(top["generation"]),
+                  "stale_starts": stale_starts(frame)}
 
 
-def main() -> None:
-    tasks = ["pendulum"]
-    try:
-        import finance.env  # noqa: F401  (the stock env is optional here)
+def stale_starts(frame: pd.DataFrame) -> int:
+    """Generations that started from a parent already beaten by one of its children on the board
+    (that child had been submitted before this generation started): a generation of training redone."""
+    start = frame["created_at"] - pd.to_timedelta(frame["wall_time"], unit="s")
+    count = 0
+    for eid, row in frame[frame["parent_id"].notna()].iterrows():
+        siblings = frame[(frame["parent_id"] == row["parent_id"]) & (frame.index != eid)]
+        better = siblings["score"] > frame.loc[int(row["parent_id"]), "score"]
+        count += bool((better & (siblings["created_at"] < start[eid])).any())
+    return count
 
-        tasks.append("stocks")
-    except ImportError as e:
-        print(f"skipping the stock task: {e}")
+
+def train_arm(arm: str, make_env: Callable[[], Any], make_valid: Callable[[], Any], preset: str, budget: Budget,
+              seed: int, **options: Any) -> tuple[Any, dict[str, Any]]:
+    if arm == "tournament":
+        return train_tournament(make_env, make_valid, budget, seed, **options)
+    return train_single(make_env, make_valid, preset if arm == "preset" else None, budget, seed)
+
+
+# ---------------------------------------------------------------------------- Pendulum
+PENDULUM_ENVS = podracer.get_preset("ppo", "pendulum").num_envs  # 96, for every arm
+
+
+def pendulum(size: str, seeds: int, arms: tuple[str, ...] = ARMS, **options: Any) -> pd.DataFrame:
+    budget = BUDGETS["pendulum"][size]
+    make_env = functools.partial(podracer.make_env, "pendulum", num_envs=PENDULUM_ENVS)
+    make_valid = functools.partial(podracer.make_env, "pendulum", num_envs=32)
     rows = []
-    for name in tasks:
-        task = TASKS[name]
-        total = PODS * GENERATIONS * task["generation_steps"]
-        with tempfile.TemporaryDirectory(prefix=f"podracer-{name}-") as store:
-            for result in (single_pod(task, total), tournament(task, store)):
-                rows.append({"task": name, **result})
-                print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format="%.1f"), flush=True)
-    print(f"\nsize={SIZE}, {PODS} pods x {GENERATIONS} generations; cores: {os.cpu_count()}")
-    print(pd.DataFrame(rows).to_string(index=False, float_format="%.1f"))
+    for seed in range(seeds):
+        for arm in arms:
+            agent, facts = train_arm(arm, make_env, make_valid, "pendulum", budget, seed, **options)
+            test = podracer.evaluate(agent, podracer.make_env("pendulum", 64), seed=TEST_SEED)["eval/return_mean"]
+            rows.append({"task": "pendulum", "arm": arm, "seed": seed, "test": test, **facts})
+            print(_row(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- stocks, walk-forward
+TRAIN_DAYS, VALID_DAYS, TEST_DAYS = 3 * 252, 252, 252  # per window: fit 3 years, select on 1, trade 1
+
+
+def stock_prices(windows: int) -> pd.DataFrame:
+    """The bundled sample from 2015, cut so that exactly ``windows`` test windows fit."""
+    from finance.data import SAMPLE_TICKERS, load_prices
+    from finance.features import DEFAULT_INDICATORS, warmup_days
+
+    prices = load_prices(list(SAMPLE_TICKERS), "2015-01-01", "2022-12-31", source="sample")
+    rows = warmup_days(DEFAULT_INDICATORS) + TRAIN_DAYS + VALID_DAYS + windows * TEST_DAYS + 1  # +1: the last mark
+    if len(prices) < rows:
+        raise ValueError(f"the sample has {len(prices)} days from 2015, {rows} needed for {windows} windows")
+    return prices.iloc[:rows]
+
+
+def with_validation(train: Any) -> Any:
+    """The window's ``MarketData`` split in two: the first years to train on, the last to select on."""
+    from finance.market import MarketData
+
+    def cut(x: pd.DataFrame | pd.Series) -> dict[str, Any]:
+        return {"train": x.iloc[:-VALID_DAYS], "valid": x.iloc[-VALID_DAYS:]}
+
+    return MarketData(close=cut(train.close["train"]), features=cut(train.features["train"]),
+                      turbulence=cut(train.turbulence["train"]), price_scale=train.price_scale)
+
+
+def stock_fit(arm: str, seed: int, budget: Budget, facts: list[dict[str, Any]], options: dict[str, Any]
+              ) -> Callable[[Any], Any]:
+    from finance import demo
+
+    def fit(train: Any) -> Any:
+        market = with_validation(train)
+        # Picklable partials, as in finance.demo: the market travels to each pod.
+        make_env, make_valid = functools.partial(demo.train_env, market), functools.partial(demo.eval_env, market)
+        agent, window = train_arm(arm, make_env, make_valid, "stock_trading", budget, seed, **options)
+        facts.append(window)
+        return agent
+
+    return fit
+
+
+def stocks(size: str, seeds: int, arms: tuple[str, ...] = ARMS, **options: Any) -> tuple[pd.DataFrame, Any]:
+    from finance.overfitting import probability_of_backtest_overfitting
+    from finance.walk_forward import walk_forward
+
+    budget = BUDGETS["stocks"][size]
+    prices = stock_prices(STOCK_WINDOWS[size])
+    rows, trials = [], {}
+    for seed in range(seeds):
+        for arm in arms:
+            facts: list[dict[str, Any]] = []
+            result = walk_forward(stock_fit(arm, seed, budget, facts, options), prices,
+                                  train_window=TRAIN_DAYS + VALID_DAYS, test_window=TEST_DAYS, dtype=torch.float32,
+                                  name=f"{arm} {seed}")
+            m = result.metrics()
+            summed = pd.DataFrame(facts)
+            rows.append({"task": "stocks", "arm": arm, "seed": seed, "test": m["sharpe"],
+                         "oos_return_pct": 100 * m["cumulative_return"], "env_steps": int(summed["env_steps"].sum()),
+                         "valid": summed["valid"].mean(), "wall_s": summed["wall_s"].sum(),
+                         "learning_rate": summed["learning_rate"].mean(),
+                         "stale_starts": summed["stale_starts"].sum() if "stale_starts" in summed else math.nan})
+            trials[f"{arm} {seed}"] = result.returns()
+            print(_row(rows[-1]), flush=True)
+    hold = result.baselines["equal_weight"].metrics()  # the same out-of-sample days for every run
+    print(f"equal-weight buy-and-hold on the same days: Sharpe {hold['sharpe']:.3g}, "
+          f"return {100 * hold['cumulative_return']:.3g}%")
+    trials = pd.DataFrame(trials).dropna()
+    pbo = probability_of_backtest_overfitting(trials, n_splits=16) if trials.shape[1] > 1 else None
+    return pd.DataFrame(rows), pbo
+
+
+# ---------------------------------------------------------------------------- report
+def _row(row: dict[str, Any]) -> str:
+    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+
+
+def summarize(results: pd.DataFrame) -> pd.DataFrame:
+    """Per task and arm: the held-out score's mean, std (ddof=1), min and max over seeds."""
+    g = results.groupby(["task", "arm"], sort=False)
+    table = g["test"].agg(["mean", "std", "min", "max"]).add_prefix("test_")
+    table["valid_mean"] = g["valid"].mean()
+    table["env_steps"] = g["env_steps"].mean().astype(int)
+    table["wall_s"] = g["wall_s"].mean()
+    if "stale_starts" in results:  # tournament: generations redone from a superseded parent, summed over seeds
+        table["stale_starts"] = g["stale_starts"].sum(min_count=1)
+    table["seeds"] = g.size()
+    return table
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer generations and windows: a few minutes")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    parser.add_argument("--tasks", nargs="+", default=["pendulum", "stocks"], choices=["pendulum", "stocks"])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="a subset, e.g. to rerun one")
+    args = parser.parse_args(argv)
+    if args.seeds < 2:
+        parser.error("--seeds must be at least 2: the spread over seeds is the point")
+    size = "quick" if args.quick else "full"
+    frames, pbo = [], None
+    if "pendulum" in args.tasks:
+        frames.append(pendulum(size, args.seeds, tuple(args.arms)))
+    if "stocks" in args.tasks:
+        stock_rows, pbo = stocks(size, args.seeds, tuple(args.arms))
+        frames.append(stock_rows)
+    results = pd.concat(frames, ignore_index=True)
+    budgets = {"pendulum": f"pendulum {BUDGETS['pendulum'][size].total:,} env steps",
+               "stocks": f"stocks {BUDGETS['stocks'][size].total:,} per window x {STOCK_WINDOWS[size]}"}
+    print(f"\nsize={size}, {args.seeds} seeds, {PODS} pods; per arm and seed: "
+          + ", ".join(budgets[t] for t in args.tasks)
+          + f"; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print("test: pendulum = mean return on 64 held-out start states; stocks = Sharpe of the stitched "
+          f"walk-forward ({STOCK_WINDOWS[size]} one-year out-of-sample windows)")
+    print(summarize(results).to_string(float_format=lambda x: f"{x:.3g}"))
+    if pbo is not None:
+        print(f"\nstocks PBO over {(results.task == 'stocks').sum()} trials (arm x seed walk-forwards, daily "
+              f"out-of-sample returns, CSCV S=16): {pbo.pbo:.2f}; degradation slope {pbo.degradation_slope:.2f}; "
+              f"P(OOS loss) {pbo.prob_oos_loss:.2f}")
+    return results
 
 
 if __name__ == "__main__":

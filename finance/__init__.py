@@ -27,10 +27,11 @@ from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtes
 # Walk-forward: refit on moving training windows, trade each next window out of sample, stitch.
 from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forward
 
-# Overfitting guards: PSR, deflated Sharpe (DSR) and the probability of backtest overfitting (CSCV).
+# Overfitting guards: PSR, deflated Sharpe (DSR), the probability of backtest overfitting (CSCV), and a
+# block-bootstrap confidence interval for the Sharpe ratio.
 from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_sharpe, probabilistic_sharpe_ratio,
                                  probability_of_backtest_overfitting, psr_from_moments, sharpe_ratio,
-                                 trial_returns_from_leaderboard)
+                                 trial_returns_from_leaderboard, SharpeInterval, bootstrap_sharpe_ci)
 
 register_presets()
 
@@ -51,4 +52,5 @@ __all__ = [
     # overfitting
     "PBOResult", "deflated_sharpe_ratio", "expected_max_sharpe", "probabilistic_sharpe_ratio",
     "probability_of_backtest_overfitting", "psr_from_moments", "sharpe_ratio", "trial_returns_from_leaderboard",
+    "SharpeInterval", "bootstrap_sharpe_ci",
 ]

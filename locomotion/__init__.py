@@ -22,11 +22,13 @@ from locomotion.isaaclab_backend import IsaacLabVecEnv, isaaclab_available
 from locomotion.make import BACKENDS, choose_backend, make_env
 from locomotion.normalize import NormalizeObservation
 from locomotion.optional import INSTALL_HINT
+from locomotion.render import gl_backend, render_rollout, save_gif, show_frames
 from locomotion.tasks import TASKS, Task, get_task, is_task
 from locomotion.warp_backend import WarpVecEnv, warp_available
 
 __all__ = [
     "BACKENDS", "EnvpoolVecEnv", "GymnasiumVecEnv", "INSTALL_HINT", "IsaacGymVecEnv", "IsaacLabVecEnv",
-    "NormalizeObservation", "TASKS", "Task", "choose_backend", "envpool_available", "get_task", "is_task",
+    "NormalizeObservation", "TASKS", "Task", "choose_backend", "envpool_available", "get_task", "gl_backend",
+    "is_task", "render_rollout", "save_gif", "show_frames",
     "isaacgym_available", "isaaclab_available", "make_env", "make_gymnasium_env", "WarpVecEnv", "warp_available",
 ]

@@ -571,3 +571,27 @@ def test_ensemble_means_box_actions_and_votes_discrete_ones():
         Ensemble([ConstantAgent(torch.tensor(1), disc), ConstantAgent(torch.tensor([1.0]), box)])
     with pytest.raises(ValueError, match="at least one"):
         Ensemble([])
+
+
+def test_selection_draws_only_the_front_of_each_lineage():
+    """A parent whose child on the board scored higher is superseded (PBT exploits each lineage's
+    latest model): drawing it would redo a generation of training. A parent whose child did worse
+    stays: it is still its lineage's best."""
+    from podracer.tournament.leaderboard import Entry
+    from podracer.tournament.selection import select_parent, superseded_removed
+
+    def entry(i, score, parent=None):
+        return Entry(id=i, parent_id=parent, generation=0 if parent is None else 1, pod=0, agent="ppo", hparams={},
+                     changes={}, env_steps=0, wall_time=0.0, score=score, score_std=None, checkpoint="", checksum="",
+                     created_at=0.0, corrupt=False, ticket=None)
+
+    # 1 -> 3 -> 5, each child better; 2 -> 4 worse. The two best scores (-80, -90) are 5 and its
+    # parent 3: without the rule a top 2 would be {5, 3}.
+    entries = [entry(1, -100.0), entry(2, -110.0), entry(3, -90.0, parent=1), entry(4, -300.0, parent=2),
+               entry(5, -80.0, parent=3)]
+    assert [e.id for e in superseded_removed(entries)] == [2, 4, 5]
+    rng = random.Random(0)
+    for method in ("softmax", "topk"):
+        picks = {select_parent(entries, rng, method, top_k=2).id for _ in range(300)}
+        assert picks == {5, 2}, method
+    assert select_parent([entry(1, -100.0), entry(3, -90.0, parent=1)], rng).id == 3  # never an empty pool

@@ -6,6 +6,16 @@ Selection (exploit) draws a parent from the top ``top_k`` entries of the board, 
 often but the runner-up keeps a chance. Standardising makes ``temperature`` mean the same thing
 whatever the reward scale.
 
+Only the front of each lineage is drawn: an entry with a child on the board that scored higher
+has been superseded (that child starts from its weights and has trained longer), so it is left
+out. In PBT (Jaderberg et al. 2017, sec. 3) the population is each worker's latest model: an
+old checkpoint is never exploited again. Without this rule a pod could restart from an entry
+that one of its children had already beaten (softmax over a top 5 that still holds the previous
+generation allows it; benchmarks/tournament_vs_single.py counted up to 1 such restart in 12
+generations), redoing a generation of training: at a fixed budget of env steps that shortens
+the lineages. The best entry is never superseded (a better child would rank above it), so the
+pool is never empty.
+
 Mutation (explore) follows Population Based Training (Jaderberg et al. 2017, arXiv:1711.09846):
 each mutable hyperparameter is multiplied by a factor drawn from ``factors`` (0.8 or 1.25), or,
 with probability ``resample_prob``, redrawn from its declared bounds (log-uniform when both bounds
@@ -28,12 +38,13 @@ SELECTIONS = ("softmax", "topk")
 
 def select_parent(entries: Sequence[Entry], rng: random.Random, method: str = "softmax", top_k: int = 5,
                   temperature: float = 1.0) -> Entry:
-    """Draw one parent among the best ``top_k`` of ``entries`` (which need not be sorted)."""
+    """Draw one parent among the best ``top_k`` of ``entries`` (which need not be sorted), superseded
+    ones left out (see the module docstring)."""
     if not entries:
         raise ValueError("cannot select a parent from an empty leaderboard")
     if method not in SELECTIONS:
         raise ValueError(f"unknown selection {method!r}; use one of {SELECTIONS}")
-    pool = sorted(entries, key=lambda e: (-e.score, e.id))[:top_k]
+    pool = sorted(superseded_removed(entries), key=lambda e: (-e.score, e.id))[:top_k]
     if method == "topk" or len(pool) == 1:
         return rng.choice(pool)
     scores = np.array([e.score for e in pool], dtype=np.float64)
@@ -43,6 +54,13 @@ def select_parent(entries: Sequence[Entry], rng: random.Random, method: str = "s
     logits = z / max(temperature, 1e-8)
     p = np.exp(logits - logits.max())
     return rng.choices(pool, weights=(p / p.sum()).tolist())[0]
+
+
+def superseded_removed(entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` without those that have a child among ``entries`` with a higher score."""
+    score = {e.id: e.score for e in entries}
+    beaten = {e.parent_id for e in entries if e.parent_id in score and e.score > score[e.parent_id]}
+    return [e for e in entries if e.id not in beaten]
 
 
 def mutate(hparams: dict[str, Any], bounds: dict[str, tuple[float, float]], rng: random.Random,
