@@ -315,7 +315,11 @@ def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, 
     pods = board.pods()
     (lost,) = pods.index[pods["status"] == "failed"]
     assert pods.loc[lost, "exitcode"] == ray_backend.POD_LOST_EXIT_CODE and lost in first
-    assert (pods.drop(lost)["exitcode"] == 0).all(), pods
+    # Every other pod ended cleanly, or never started and was cancelled at the end (with pods="auto" a
+    # pod started while node 2 was down can still be waiting for a CPU when the budget is met).
+    others = pods.drop(lost)
+    assert ((others["exitcode"] == 0) | (others["status"] == "cancelled")).all(), others.to_string()
+    assert (others["status"] != "failed").all(), others.to_string()
     assert first[lost] not in {e.ticket for e in board.entries()}  # its ticket was released, never submitted
     # Where pods ran: the first two on the two nodes, the one that trained after the restart on the
     # restarted node (a new raylet, a new node id), since the head's CPU was held by the other pod.

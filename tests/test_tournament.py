@@ -198,21 +198,35 @@ def test_a_finished_run_resumes_as_a_no_op(pendulum_run):
 
 
 # ---------------------------------------------------------------------------- faults and elasticity
-def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path):
-    t = small_tournament(tmp_path, generations=3)
-    killed = []
+def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path, user_module):
+    # The pods block in their first env step while `hold` exists, so the one killed is mid-generation
+    # for sure (a timing guess was flaky: on a quiet machine a ~1 s generation could end first).
+    import importlib
+
+    hold = tmp_path / "hold"
+    hold.touch()
+    make_held_env = functools.partial(importlib.import_module(user_module).make_pendulum, 16, str(hold))
+    t = Tournament(make_held_env, make_small_eval_env, agent="ppo", pods=2, generation_steps=4096, generations=3,
+                   store=tmp_path / "store", agent_config=TINY_PPO, threads_per_pod=1, seed=1)
+    killed, errors = [], []
 
     def kill_one():
-        wait_for(lambda: len(t.board) >= 1 and pod_in_generation(t.board) is not None, what="a pod mid-generation")
-        pod, pid = pod_in_generation(t.board)
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pod)
+        try:
+            wait_for(lambda: pod_in_generation(t.board) is not None, what="a pod mid-generation")
+            pod, pid = pod_in_generation(t.board)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pod)
+        except Exception as e:  # surfaced below: a thread's exception would otherwise vanish
+            errors.append(e)
+        finally:
+            hold.unlink(missing_ok=True)
 
     killer = threading.Thread(target=kill_one, daemon=True)
     killer.start()
     with pytest.warns(RuntimeWarning, match="died"):
         t.run(progress=None)
     killer.join()
+    assert not errors, errors
     pods = t.board.pods()
     assert pods.loc[killed[0], "exitcode"] == -signal.SIGKILL and pods.loc[killed[0], "status"] == "failed"
     assert len(pods) >= 3  # the dead pod was replaced
