@@ -311,6 +311,25 @@ def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
     return a.float() if a.dtype != torch.float32 else a
 
 
+def play_episode(act: Callable[[torch.Tensor], Any], env: StockTradingVecEnv,
+                 options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One episode of a one-account ``env`` from its first bar to its last, as every backtest runs it
+    (``backtest``; ``walk_forward`` per window, from a carried account via ``options``): numpy
+    arrays ``values`` (D,), ``holdings``, ``trades`` (D-1, S), ``costs``, ``turnover`` (D-1,), and
+    the last step's ``info``."""
+    obs, info = env.reset(options=options)
+    values, rows = [info["account_value"]], {k: [] for k in ("holdings", "trades", "costs", "turnover")}
+    for _ in range(env.num_days - 1):
+        obs, _, _, truncated, info = env.step(_as_action(act(obs), env))
+        values.append(info["account_value"])
+        for key, row in rows.items():
+            row.append(info[key])
+    if not bool(truncated.all()):
+        raise RuntimeError("the episode did not end on its last bar; this is a bug in the env")
+    out = {key: torch.cat(row).cpu().numpy() for key, row in rows.items()}
+    return {**out, "values": torch.cat(values).cpu().numpy(), "info": info}
+
+
 @torch.no_grad()
 def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, features: pd.DataFrame | None = None,
              turbulence: pd.Series | None = None, *, benchmark: pd.Series | None = None,
@@ -347,25 +366,14 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at the copy
         act = BuyAndHoldPolicy(env, policy.weights.cpu().numpy())
 
-    obs, info = env.reset()
-    steps = env.num_days - 1
-    values, holdings, trades, costs = [info["account_value"]], [], [], []
-    for _ in range(steps):
-        obs, _, _, truncated, info = env.step(_as_action(act(obs), env))
-        values.append(info["account_value"])
-        holdings.append(info["holdings"])
-        trades.append(info["trades"])
-        costs.append(info["costs"])
-    if not bool(truncated.all()):
-        raise RuntimeError("the evaluation episode did not end on the last day; this is a bug in the env")
-
+    run = play_episode(act, env)
     dates, tickers = env.dates, env.tickers
     S = env.num_stocks
-    h = torch.cat(holdings).cpu().numpy()  # (D-1, S)
+    h = run["holdings"]  # (D-1, S)
     positions = pd.DataFrame(np.vstack([h, h[-1:]]), index=dates, columns=tickers)  # held through the last day
-    tr = pd.DataFrame(np.vstack([torch.cat(trades).cpu().numpy(), np.zeros((1, S))]), index=dates, columns=tickers)
-    co = pd.Series(np.append(torch.cat(costs).cpu().numpy(), 0.0), index=dates, name="costs")
-    value = pd.Series(torch.cat(values).cpu().numpy(), index=dates, name=name)
+    tr = pd.DataFrame(np.vstack([run["trades"], np.zeros((1, S))]), index=dates, columns=tickers)
+    co = pd.Series(np.append(run["costs"], 0.0), index=dates, name="costs")
+    value = pd.Series(run["values"], index=dates, name=name)
     close = env.close_frame()
     result = BacktestResult(name, value, positions, tr, co, close, bars_per_year=bars_per_year)
     bars_per_year = result.bars_per_year  # inferred once, shared by the baselines

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finance.backtest import BacktestResult, BuyAndHoldPolicy, _as_action, buy_and_hold, index_baseline
+from finance.backtest import BacktestResult, BuyAndHoldPolicy, buy_and_hold, index_baseline, play_episode
 from finance.data import check_int
 from finance.env import StockTradingVecEnv
 from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, turbulence, warmup_days
@@ -219,23 +219,9 @@ def _run_window(policy: Any, env: StockTradingVecEnv, cash: torch.Tensor | None,
         act = type(policy)(env, policy.weights.cpu().numpy())
     else:
         act = as_policy(policy)
-    obs, info = env.reset(options=None if cash is None else {"cash": cash, "holdings": holdings})
-    values, held, trades, costs, turnover = [info["account_value"]], [], [], [], []
-    for _ in range(env.num_days - 1):
-        obs, _, _, truncated, info = env.step(_as_action(act(obs), env))
-        values.append(info["account_value"])
-        held.append(info["holdings"])
-        trades.append(info["trades"])
-        costs.append(info["costs"])
-        turnover.append(info["turnover"])
-    if not bool(truncated.all()):
-        raise RuntimeError("the test episode did not end on the window's last bar; this is a bug")
-
-    def cat(xs: list[torch.Tensor]) -> np.ndarray:
-        return torch.cat(xs).cpu().numpy()
-
-    return dict(values=cat(values), holdings=cat(held), trades=cat(trades), costs=cat(costs),
-                boundary_turnover=float(turnover[0]), cash=info["cash"], end_holdings=info["holdings"])
+    run = play_episode(act, env, None if cash is None else {"cash": cash, "holdings": holdings})
+    info = run.pop("info")
+    return dict(run, boundary_turnover=float(run["turnover"][0]), cash=info["cash"], end_holdings=info["holdings"])
 
 
 # ---------------------------------------------------------------------------- walk_forward
