@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
 # Either can be overridden: PODRACER_SIZE=full make test.
 
-.PHONY: demo test lab bench rllib-venv install clean
+.PHONY: demo test lab docs bench rllib-venv install clean
 
 # The install re-runs only when the dependency files change (the stamp is newer otherwise).
 $(STAMP): pyproject.toml constraints.txt
@@ -23,8 +23,22 @@ demo: $(STAMP)
 test: $(STAMP)
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider
 
+# The notebooks open at the learning size ("full": agents visibly learn in a few minutes on a CPU).
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),full) $(BIN)/jupyter lab notebooks/
+
+# The course as HTML with its figures, for readers who only browse: every lesson executed at the
+# learning size (about 40 min on 2 cores), rendered to build/docs/ (not committed). One at a time,
+# so a failure names its notebook; the glossary is copied beside them (the notebooks link it).
+DOCS := build/docs
+docs: $(STAMP)
+	mkdir -p $(DOCS)
+	for nb in notebooks/[0-9][0-9]_*.ipynb; do echo "== $$nb"; \
+	  PODRACER_SIZE=$(or $(PODRACER_SIZE),full) OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1) \
+	  $(BIN)/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1800 \
+	    --output-dir $(DOCS) "$$nb" || exit 1; done
+	cp notebooks/GLOSSARY.md $(DOCS)/
+	@echo "open $(DOCS)/01_first_agent.html"
 
 # FinRL's env file for benchmarks/stock_env.py: the package without its heavy dependencies,
 # in a folder of its own (never imported as a package, loaded by path).

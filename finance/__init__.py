@@ -1,7 +1,7 @@
 """Podracer finance: real prices, causal features, a batched stock-trading env, honest backtests.
 
 Data flows ``load_prices -> add_features / turbulence -> split_by_date -> StockTradingVecEnv ->
-train -> backtest``. See notebooks 03, 04 and 06. Importing ``finance`` registers the
+train -> backtest``. See notebooks 05, 06 and 10. Importing ``finance`` registers the
 ``stock_trading`` agent presets with podracer (``finance.presets``).
 """
 

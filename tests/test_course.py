@@ -1,0 +1,114 @@
+"""The course's rules (issue 13), checked on the committed notebooks, and the exercise checker."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from podracer.course import ExerciseFailed, check, is_unanswered
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = NOTEBOOKS / "solutions"
+GLOSSARY = NOTEBOOKS / "GLOSSARY.md"
+# The standard market: prepare_market's defaults (train, valid, test) and the history before them.
+STANDARD_DATES = {"2000-01-01", "2005-01-01", "2016-12-31", "2017-01-01", "2018-12-31", "2019-01-01",
+                  "2022-12-31"}
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def code(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in cells(path) if c["cell_type"] == "code"]
+
+
+# ---------------------------------------------------------------------------- the checker
+def test_check_unanswered_does_not_fail(capsys):
+    assert check("1", ..., lambda a: a > 0, "hint") is False
+    assert "not answered yet" in capsys.readouterr().out
+    assert is_unanswered((1.0, ...)) and is_unanswered({"a": ...}) and not is_unanswered(0)
+
+
+def test_check_right_and_wrong_answers(capsys):
+    assert check("2", 3, lambda a: a == 3, "hint", success="three") is True
+    assert "Exercise 2: ok. three" in capsys.readouterr().out
+    with pytest.raises(ExerciseFailed, match=r"Exercise 3: not yet right \(your answer: 4\)\. Hint: add one"):
+        check("3", 4, lambda a: a == 3, "add one")
+
+
+def test_check_reports_an_answer_of_the_wrong_kind():
+    with pytest.raises(ExerciseFailed, match="Exercise 4: checking 'abc' raised TypeError.*Hint: a number"):
+        check("4", "abc", lambda a: a + 1 > 0, "a number")
+    with pytest.raises(TypeError, match="condition must be a function"):
+        check("5", 1, True, "hint")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- the notebooks
+def test_the_sequence_is_numbered_without_gaps():
+    numbers = [int(p.name[:2]) for p in LESSONS]
+    assert numbers == list(range(1, len(numbers) + 1)), [p.name for p in LESSONS]
+    assert len(LESSONS) >= 12
+
+
+@pytest.mark.parametrize("path", LESSONS + sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.parent.name + "/" + p.name)
+def test_committed_without_outputs(path):
+    for i, cell in enumerate(cells(path)):
+        if cell["cell_type"] == "code":
+            assert not cell["outputs"] and cell["execution_count"] is None, (
+                f"{path.name} cell {i} has outputs: strip them with "
+                f"`.venv/bin/jupyter nbconvert --clear-output --inplace {path.relative_to(NOTEBOOKS.parent)}`")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_lesson_follows_the_rules(path):
+    first = "".join(cells(path)[0]["source"])
+    number = path.name[:2]
+    assert first.startswith(f"# {number} · "), f"{path.name}: the title should start '# {number} · '"
+    for part in ("You will learn", "Time", "GLOSSARY.md"):
+        assert part in first, f"{path.name}: the opening cell should name '{part}'"
+    sources = code(path)
+    size_lines = [line for src in sources for line in src.splitlines() if re.match(r"\s*SIZE\s*=", line)]
+    assert size_lines == ['SIZE = os.environ.get("PODRACER_SIZE", "full")'] or (
+        len(size_lines) == 1 and 'os.environ.get("PODRACER_SIZE", "full")' in size_lines[0]), (
+        f"{path.name}: one size setting defaulting to the learning size, got {size_lines}")
+    checks = sum(len(re.findall(r"\bcheck\(\s*\"", src)) for src in sources)
+    assert 2 <= checks <= 4, f"{path.name}: 2-3 exercises with a check cell each, found {checks} check() calls"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_every_lesson_has_a_solution_that_runs_it(path):
+    solution = SOLUTIONS / path.name
+    assert solution.exists(), f"no solutions/{path.name}"
+    sources = code(solution)
+    assert f'run_lesson("../{path.name}")' in sources[0], f'solutions/{path.name} should start with run_lesson("../{path.name}")'
+    lesson_checks = re.findall(r"\bcheck\(\s*\"([^\"]+)\"", "\n".join(code(path)))
+    solved = re.findall(r"\bcheck\(\s*\"([^\"]+)\"", "\n".join(sources[1:]))
+    assert sorted(lesson_checks) == sorted(solved), f"solutions/{path.name} should answer {lesson_checks}, has {solved}"
+    for src in sources[1:]:
+        assert not re.search(r"=\s*\.\.\.(\s|#|$)", src), f"solutions/{path.name} leaves a `...` answer:\n{src}"
+
+
+def test_glossary_defines_the_terms_the_course_links():
+    text = GLOSSARY.read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+    for term in ("pod", "generation", "rollout", "truncation-versus-termination", "autoreset", "gae", "sharpe",
+                 "sortino", "calmar", "turnover", "look-ahead", "pbo"):
+        assert term in anchors, f"GLOSSARY.md has no entry '{term}'"
+    for path in LESSONS:
+        for anchor in re.findall(r"GLOSSARY\.md#([a-z0-9-]+)", "".join("".join(c["source"]) for c in cells(path))):
+            assert anchor in anchors, f"{path.name} links GLOSSARY.md#{anchor}, which does not exist"
+
+
+@pytest.mark.parametrize("path", [p for p in LESSONS if "overfitting" not in p.name and "data" not in p.name],
+                         ids=lambda p: p.name)
+def test_same_dates_everywhere(path):
+    """Every notebook trades the same market on the same dates; 05 (data) and 08 (walk-forward)
+    are about changing them."""
+    dates = set(re.findall(r"\b(?:19|20)\d\d-\d\d-\d\d\b", "\n".join(code(path))))
+    assert dates <= STANDARD_DATES, f"{path.name} uses dates {sorted(dates - STANDARD_DATES)} outside the standard split"
