@@ -105,10 +105,17 @@ def test_glossary_defines_the_terms_the_course_links():
             assert anchor in anchors, f"{path.name} links GLOSSARY.md#{anchor}, which does not exist"
 
 
-@pytest.mark.parametrize("path", [p for p in LESSONS if "overfitting" not in p.name and "data" not in p.name],
+@pytest.mark.parametrize("path", [p for p in LESSONS if not any(k in p.name for k in ("overfitting", "data", "interactive"))],
                          ids=lambda p: p.name)
 def test_same_dates_everywhere(path):
-    """Every notebook trades the same market on the same dates; 05 (data) and 08 (walk-forward)
-    are about changing them."""
+    """Every notebook trades the same market on the same dates; 05 (data), 07 (a date control) and
+    08 (walk-forward) are about changing them."""
     dates = set(re.findall(r"\b(?:19|20)\d\d-\d\d-\d\d\b", "\n".join(code(path))))
     assert dates <= STANDARD_DATES, f"{path.name} uses dates {sorted(dates - STANDARD_DATES)} outside the standard split"
+
+
+def test_run_lesson_needs_ipython():
+    from podracer.course import run_lesson
+
+    with pytest.raises(RuntimeError, match="in Jupyter or IPython"):
+        run_lesson(str(LESSONS[0]))
