@@ -21,14 +21,14 @@ demo: $(STAMP)
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),full) $(BIN)/python -m finance.demo
 
 test: $(STAMP)
-	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider --durations=15
 
 # The notebooks open at the learning size ("full": agents visibly learn in a few minutes on a CPU).
 lab: $(STAMP)
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),full) $(BIN)/jupyter lab notebooks/
 
 # The course as HTML with its figures, for readers who only browse: every lesson executed at the
-# learning size (about 40 min on 2 cores), rendered to build/docs/ (not committed). One at a time,
+# learning size (about 22 min on 2 cores), rendered to build/docs/ (not committed). One at a time,
 # so a failure names its notebook; the glossary is copied beside them (the notebooks link it).
 DOCS := build/docs
 docs: $(STAMP)

@@ -214,7 +214,7 @@ TRUSTED_CALLABLES: frozenset[str] = frozenset({
     "podracer.envs.pendulum:PendulumVecEnv",
     "podracer.envs.cartpole:CartPoleVecEnv",
     "finance.env:StockTradingVecEnv",
-    "finance.demo:train_env",  # the trading demo and notebook 10
+    "finance.demo:train_env",  # the trading demo (make demo, finance.demo --backend ray)
     "finance.demo:eval_env",
     "locomotion.make:make_env",  # locomotion.make_env: its keyword arguments only reach gym.make / envpool
     "locomotion:make_env",
