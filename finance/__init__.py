@@ -33,6 +33,10 @@ from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_
                                  probability_of_backtest_overfitting, psr_from_moments, sharpe_ratio,
                                  trial_returns_from_leaderboard, SharpeInterval, bootstrap_sharpe_ci)
 
+# The interactive backtest: one function per setting (policy, dates, cost, turbulence, cash) and its panel.
+# (ipywidgets is imported only when the panel is built.)
+from finance.interactive import Controls, interactive_backtest, run_backtest
+
 register_presets()
 
 __all__ = [
@@ -53,4 +57,6 @@ __all__ = [
     "PBOResult", "deflated_sharpe_ratio", "expected_max_sharpe", "probabilistic_sharpe_ratio",
     "probability_of_backtest_overfitting", "psr_from_moments", "sharpe_ratio", "trial_returns_from_leaderboard",
     "SharpeInterval", "bootstrap_sharpe_ci",
+    # interactive backtest
+    "Controls", "interactive_backtest", "run_backtest",
 ]
