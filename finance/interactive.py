@@ -186,8 +186,9 @@ class InteractiveBacktest:
             self.status.value = f"<b>cannot backtest this setting:</b> {err}"
             return
         m = self.result.metrics()
-        self.status.value = (f"<b>{controls.policy}</b>: Sharpe {m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, "
-                             f"costs {m['costs']:.2%} of the cash")
+        days = self.result.account_value.index  # the slider's readout is cut short: name the window here
+        self.status.value = (f"<b>{controls.policy}</b>, {days[0].date()} .. {days[-1].date()}: Sharpe "
+                             f"{m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, costs {m['costs']:.2%} of the cash")
         self.table.clear_output(wait=True)
         with self.table:
             display(metrics_table(self.result))

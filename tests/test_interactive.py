@@ -115,6 +115,7 @@ def test_panel_redraws_when_a_control_moves(market):
     assert "cannot backtest this setting" in panel.status.value and panel.result.name == "buy_and_hold"
     panel.widgets["window"].index = (0, 100)
     assert len(panel.result.account_value) == 101
+    assert f".. {market.close['test'].index[100].date()}:" in panel.status.value  # the window is named on screen
     panel.widgets["turbulence_on"].value = False
     panel.widgets["window"].index = (0, len(market.close["test"]) - 1)
     assert panel.backtest(panel.controls()) is panel._cache[panel.controls()]  # back to a seen setting: cached

@@ -50,8 +50,12 @@ def jupyter_lab(tmp_path):
     """A JupyterLab on loopback serving a copy of the notebook; yields its URL with the token."""
     shutil.copy(ROOT / "notebooks" / NOTEBOOK, tmp_path / NOTEBOOK)
     port, token = free_port(), secrets.token_hex(16)
+    # Own settings: no "Jupyter news?" toast over the figure, and no request for news or updates.
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, PODRACER_SIZE="smoke", OMP_NUM_THREADS="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"))
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.open_browser=False",
@@ -78,6 +82,14 @@ def jupyter_lab(tmp_path):
                 os.killpg(server.pid, signal.SIGKILL)
 
 
+def shoot(page, tmp_path: Path, name: str) -> None:
+    """The whole panel (controls, table, figure) as one image, in tmp_path and runs/browser/."""
+    panel = page.locator(".jp-OutputArea-output:has(.widget-dropdown)").first
+    panel.scroll_into_view_if_needed()  # the viewport is tall enough for all of it: no clipping by the notebook
+    panel.screenshot(path=str(tmp_path / name))
+    shutil.copy(tmp_path / name, SHOTS / name)
+
+
 def test_interactive_backtest_in_jupyterlab(jupyter_lab, tmp_path):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page_errors: list[str] = []
@@ -85,7 +97,7 @@ def test_interactive_backtest_in_jupyterlab(jupyter_lab, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": 1400, "height": 2000})
             page.on("pageerror", lambda e: page_errors.append(str(e)))
             page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
             page.goto(jupyter_lab)
@@ -97,21 +109,18 @@ def test_interactive_backtest_in_jupyterlab(jupyter_lab, tmp_path):
             try:
                 panel = page.wait_for_selector(".widget-vbox .widget-dropdown select", timeout=90_000)
             except Exception:
-                page.screenshot(path=str(SHOTS / "07_failure.png"), full_page=True)  # what the reader would see
+                page.screenshot(path=str(tmp_path / "07_failure.png"), full_page=True)  # what the reader would see
+                shutil.copy(tmp_path / "07_failure.png", SHOTS / "07_failure.png")
                 raise
             # Every cell has run (the ones after the panel move a control too) before "before" is read.
             page.wait_for_function(idle, timeout=120_000)
-            news = page.locator(".jp-Notification-Toast button:text-is('No')")
-            if news.count():
-                news.first.click()  # the "Jupyter news?" toast would cover the figure in the screenshots
             table = page.locator(".widget-vbox .widget-output table").first
             image = page.locator(".widget-vbox .widget-output img").first
             table.wait_for(timeout=60_000)
             image.wait_for(timeout=60_000)
             before_table, before_image = table.inner_text(), image.get_attribute("src")
             assert "PPO" in before_table and "equal_weight" in before_table, before_table
-            panel.scroll_into_view_if_needed()
-            page.screenshot(path=str(SHOTS / "07_before.png"), full_page=False)
+            shoot(page, tmp_path, "07_before.png")
 
             panel.select_option("buy_and_hold")  # a control the reader changes
             deadline = time.monotonic() + 60
@@ -122,7 +131,7 @@ def test_interactive_backtest_in_jupyterlab(jupyter_lab, tmp_path):
             page.wait_for_function("(before) => { const i = document.querySelector('.widget-vbox .widget-output img');"
                                    " return i && i.src !== before; }", arg=before_image, timeout=60_000)
             assert "buy_and_hold" in after_table and "PPO" not in after_table, after_table
-            page.screenshot(path=str(SHOTS / "07_after.png"), full_page=False)
+            shoot(page, tmp_path, "07_after.png")
             text = page.inner_text("body")
         finally:
             browser.close()
@@ -131,4 +140,4 @@ def test_interactive_backtest_in_jupyterlab(jupyter_lab, tmp_path):
     assert not page_errors, f"uncaught errors in the page: {page_errors}"
     widget_errors = [e for e in console_errors if "widget" in e.lower() or "model" in e.lower()]
     assert not widget_errors, f"widget errors in the console: {widget_errors}"
-    print(f"screenshots: {SHOTS / '07_before.png'}, {SHOTS / '07_after.png'}")
+    print(f"screenshots: {SHOTS / '07_before.png'}, {SHOTS / '07_after.png'} (and in {tmp_path})")
