@@ -23,9 +23,10 @@ from finance.env import StockTradingVecEnv
 from finance.market import MarketData
 from finance.walk_forward import RebalancePolicy
 
-# Baselines offered next to the user's policies; each is a policy traded in the same env (so it
-# pays the same costs and obeys the same turbulence switch).
-BASELINE_POLICIES = ("buy_and_hold", "min_variance")
+# Baselines offered next to the user's policies. The first two are policies traded in the same env
+# (so they pay the same costs and obey the same turbulence switch); "index" is the market's benchmark
+# (the S&P 500 for the bundled sample), which is not traded: costs and the switch leave it unchanged.
+BASELINE_POLICIES = ("buy_and_hold", "min_variance", "index")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +75,16 @@ def run_backtest(market: MarketData, policies: Mapping[str, Any] | None, control
         market: from ``finance.prepare_market``; its features and price scale are what the agents
             were trained on.
         policies: name -> policy (an agent, an ``Ensemble``, any ``obs -> actions`` callable).
-        controls: the policy's name, the date window (inside ``split``), ``cost_pct``,
+        controls: the policy's name (a key of ``policies``, or a baseline: ``"buy_and_hold"`` and
+            ``"min_variance"`` traded in the same env, ``"index"`` the market's benchmark), the date
+            window (inside ``split``), ``cost_pct``,
             ``turbulence_threshold`` (None: off) and ``initial_cash``.
         split: the market split the window lies in.
 
     Returns:
         The ``BacktestResult`` with the equal-weight, minimum-variance and index baselines over
-        the same days, traded with the same cost.
+        the same days, traded with the same cost. For ``"index"`` the index is the result and the
+        other two its baselines.
     """
     names = policy_names(policies)
     if controls.policy not in names:
@@ -94,18 +98,25 @@ def run_backtest(market: MarketData, policies: Mapping[str, Any] | None, control
                          f"{controls.turbulence_threshold}")
     start, end = _window(market, split, controls.start, controls.end)
     cut = slice(start, end)
+    benchmark = market.benchmark[split].loc[cut] if market.benchmark.get(split) is not None else None
+    if controls.policy == "index" and benchmark is None:
+        raise ValueError(f"this market has no benchmark for the {split!r} split, so no 'index' to show; choose "
+                         "another policy, or prepare the market from source='sample' or 'yfinance'")
     env = StockTradingVecEnv(market.close[split].loc[cut], market.features[split].loc[cut],
                              market.turbulence[split].loc[cut], initial_cash=controls.initial_cash,
                              cost_pct=controls.cost_pct, turbulence_threshold=controls.turbulence_threshold,
                              price_scale=market.price_scale, dtype=torch.float32)
-    if controls.policy == "buy_and_hold":
+    if controls.policy in ("buy_and_hold", "index"):
         policy = BuyAndHoldPolicy(env)
     elif controls.policy == "min_variance":
         policy = RebalancePolicy(env, min_variance_weights(market.close["train"]))
     else:
         policy = policies[controls.policy]
-    benchmark = market.benchmark[split].loc[cut] if market.benchmark.get(split) is not None else None
-    return backtest(policy, env, name=controls.policy, benchmark=benchmark, train_close=market.close["train"])
+    result = backtest(policy, env, name=controls.policy, benchmark=benchmark, train_close=market.close["train"])
+    if controls.policy == "index":  # the index in front, the other baselines beside it
+        others = {k: v for k, v in result.baselines.items() if k != "index"}
+        return dataclasses.replace(result.baselines["index"], baselines=others)
+    return result
 
 
 def metrics_table(result: BacktestResult) -> pd.DataFrame:
@@ -127,7 +138,8 @@ class InteractiveBacktest:
         self._cache: dict[Controls, BacktestResult] = {}
         dates = market.close[split].index
         turb = market.turbulence["train"]
-        names = policy_names(self.policies)
+        # "index" only where the market has a benchmark to show
+        names = [n for n in policy_names(self.policies) if n != "index" or market.benchmark.get(split) is not None]
         self.widgets = {
             "policy": widgets.Dropdown(options=names, value=names[0], description="policy"),
             "window": widgets.SelectionRangeSlider(options=[(str(d.date()), d) for d in dates],
@@ -187,8 +199,9 @@ class InteractiveBacktest:
             return
         m = self.result.metrics()
         days = self.result.account_value.index  # the slider's readout is cut short: name the window here
+        costs = "not traded" if pd.isna(m["costs"]) else f"costs {m['costs']:.2%} of the cash"  # the index
         self.status.value = (f"<b>{controls.policy}</b>, {days[0].date()} .. {days[-1].date()}: Sharpe "
-                             f"{m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, costs {m['costs']:.2%} of the cash")
+                             f"{m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, {costs}")
         self.table.clear_output(wait=True)
         with self.table:
             display(metrics_table(self.result))

@@ -3,11 +3,14 @@ it should, bad settings are refused with the fix, and the panel redraws when a c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
 
 import finance
+import podracer
 from finance.interactive import BASELINE_POLICIES, Controls, interactive_backtest, metrics_table, run_backtest
 
 
@@ -40,6 +43,35 @@ def test_policy_choice_changes_the_result(market):
     assert len({round(s, 6) for s in sharpes.values()}) == len(sharpes), sharpes
     table = metrics_table(results["churn"])
     assert list(table.index[:1]) == ["churn"] and {"equal_weight", "min_variance", "index"} <= set(table.index)
+
+
+def test_index_choice_shows_the_benchmark_untraded(market):
+    window = dict(start="2020-01-01", end="2021-06-30")
+    index = run_backtest(market, POLICIES, Controls("index", cost_pct=0.005, **window))
+    held = run_backtest(market, POLICIES, Controls("buy_and_hold", cost_pct=0.005, **window))
+    assert index.name == "index" and index.account_value.equals(held.baselines["index"].account_value)
+    bench = market.benchmark["test"].loc[index.account_value.index]
+    pd.testing.assert_series_equal(index.account_value / 1e6, bench / bench.iloc[0], check_names=False)
+    assert set(index.baselines) == {"equal_weight", "min_variance"}  # the others beside it, same days and cost
+    assert index.baselines["equal_weight"].account_value.equals(held.baselines["equal_weight"].account_value)
+    free = run_backtest(market, POLICIES, Controls("index", cost_pct=0.0, **window))
+    assert free.account_value.equals(index.account_value)  # an index is not traded: no cost to pay
+    assert list(metrics_table(index).index) == ["index", "equal_weight", "min_variance"]
+    no_benchmark = dataclasses.replace(market, benchmark={})
+    with pytest.raises(ValueError, match="no benchmark .* choose another policy"):
+        run_backtest(no_benchmark, POLICIES, Controls("index"))
+    assert "index" not in interactive_backtest(no_benchmark, POLICIES).widgets["policy"].options
+
+
+def test_an_ensemble_is_a_policy(market):
+    env = market.env("train", 2, dtype=torch.float32)
+    a, b = (podracer.make_agent("ppo", env, seed=seed, verbose=False) for seed in (0, 1))  # untrained, different
+    policies = {"a": a, "b": b, "a and b": podracer.Ensemble([a, b]), "a twice": podracer.Ensemble([a, a])}
+    runs = {name: run_backtest(market, policies, Controls(name, start="2019-01-01", end="2019-12-31"))
+            for name in policies}
+    assert runs["a twice"].account_value.equals(runs["a"].account_value)  # the mean of equal actions is that action
+    assert runs["a"].trades.abs().sum().sum() > 0  # the members do trade, so the next line can fail
+    assert not runs["a and b"].trades.equals(runs["a"].trades) and not runs["a and b"].trades.equals(runs["b"].trades)
 
 
 def test_higher_cost_lowers_a_trading_policy(market):
