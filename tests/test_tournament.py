@@ -8,6 +8,7 @@ deterministic (which pod draws which ticket), so learning thresholds keep a wide
 """
 
 import functools
+import importlib
 import logging
 import math
 import os
@@ -234,11 +235,22 @@ def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path, user_module
     assert_consistent(t.board)
 
 
-def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path):
+def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path, user_module):
+    # Once two entries are in, `hold` keeps the pods inside their next generation, so the Ctrl-C
+    # lands mid-run for sure (on a quiet machine the 6 generations could otherwise all finish first).
+    hold = tmp_path / "hold"
+    make_held_env = functools.partial(importlib.import_module(user_module).make_pendulum, 16, str(hold))
+
+    def small_tournament(store, generations):
+        return Tournament(make_held_env, make_small_eval_env, agent="ppo", pods=2, generation_steps=4096,
+                          generations=generations, store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1)
+
     t = small_tournament(tmp_path, generations=3)
 
     def interrupt():
         wait_for(lambda: len(t.board) >= 2, what="two entries")
+        hold.touch()
+        time.sleep(0.5)  # the pods reach their next env step and wait there
         os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a terminal or notebook does
 
     threading.Thread(target=interrupt, daemon=True).start()
@@ -249,6 +261,7 @@ def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert_consistent(t.board)
     assert not (t.board.pods()["status"].isin(["running", "stopping"])).any()
 
+    hold.unlink()
     resumed = small_tournament(tmp_path, generations=3)  # same settings, same store
     resumed.run(progress=None)
     entries = resumed.board.entries()
