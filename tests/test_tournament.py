@@ -247,21 +247,35 @@ def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path, user_modul
 
     t = small_tournament(tmp_path, generations=3)
 
+    interrupted = threading.Event()
+
     def interrupt():
         wait_for(lambda: len(t.board) >= 2, what="two entries")
         hold.touch()
         time.sleep(0.5)  # the pods reach their next env step and wait there
-        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a terminal or notebook does
+        try:
+            # What Ctrl-C in a terminal or notebook does. Repeated until run() has raised: in one
+            # fresh-clone CI run a single SIGINT did not surface (open question, see issue notes),
+            # and with the pods held that waited forever.
+            for _ in range(12):
+                os.kill(os.getpid(), signal.SIGINT)
+                if interrupted.wait(5.0):  # long enough for run() to finish stopping the pods
+                    break
+        finally:
+            hold.unlink(missing_ok=True)  # never leave the pods blocked
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        t.run(progress=None)
+        try:
+            t.run(progress=None)
+        finally:
+            interrupted.set()
     first = [(e.id, e.checksum) for e in t.board.entries()]
     assert 2 <= len(first) < 6
     assert_consistent(t.board)
     assert not (t.board.pods()["status"].isin(["running", "stopping"])).any()
 
-    hold.unlink()
+    hold.unlink(missing_ok=True)
     resumed = small_tournament(tmp_path, generations=3)  # same settings, same store
     resumed.run(progress=None)
     entries = resumed.board.entries()
