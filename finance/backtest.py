@@ -365,7 +365,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
                              "closes of the same tickers (market.close['train'])")
     act: Callable[[torch.Tensor], Any] = as_policy(policy)
     if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at the copy
-        act = BuyAndHoldPolicy(env, policy.weights.double().cpu().numpy())
+        act = BuyAndHoldPolicy(env, policy.weights.cpu().numpy())
 
     run = play_episode(act, env)
     dates, tickers = env.dates, env.tickers

@@ -89,13 +89,7 @@ def run_backtest(market: MarketData, policies: Mapping[str, Any] | None, control
     names = policy_names(policies)
     if controls.policy not in names:
         raise ValueError(f"unknown policy {controls.policy!r}; choose one of {names}")
-    if not 0.0 <= controls.cost_pct < 1.0:
-        raise ValueError(f"cost_pct must be a fraction in [0, 1), e.g. 0.001 for 0.1%, got {controls.cost_pct}")
-    if not controls.initial_cash > 0:
-        raise ValueError(f"initial_cash must be positive, got {controls.initial_cash}")
-    if controls.turbulence_threshold is not None and not controls.turbulence_threshold > 0:
-        raise ValueError(f"turbulence_threshold must be > 0, or None to switch it off; got "
-                         f"{controls.turbulence_threshold}")
+    # cost_pct, initial_cash and turbulence_threshold are checked where they are used, by the env.
     start, end = _window(market, split, controls.start, controls.end)
     cut = slice(start, end)
     benchmark = market.benchmark[split].loc[cut] if market.benchmark.get(split) is not None else None

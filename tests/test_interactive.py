@@ -117,8 +117,8 @@ def test_initial_cash_scales_the_equity(market):
     (Controls("churn", start="2021-01-01", end="2020-01-01"), "is after end"),
     (Controls("churn", start="2010-01-01", end="2010-12-31"), "holds 0 trading day"),
     (Controls("churn", start="2020-01-02", end="2020-01-02"), "holds 1 trading day"),
-    (Controls("churn", cost_pct=-0.001), "cost_pct must be a fraction"),
-    (Controls("churn", initial_cash=0.0), "initial_cash must be positive"),
+    (Controls("churn", cost_pct=-0.001), r"cost_pct must be in \[0, 1\)"),
+    (Controls("churn", initial_cash=0.0), "initial_cash must be > 0"),
     (Controls("churn", turbulence_threshold=0.0), "turbulence_threshold must be > 0"),
 ])
 def test_bad_settings_are_refused(market, controls, message):
