@@ -73,8 +73,7 @@ def test_lesson_follows_the_rules(path):
         assert part in first, f"{path.name}: the opening cell should name '{part}'"
     sources = code(path)
     size_lines = [line for src in sources for line in src.splitlines() if re.match(r"\s*SIZE\s*=", line)]
-    assert size_lines == ['SIZE = os.environ.get("PODRACER_SIZE", "full")'] or (
-        len(size_lines) == 1 and 'os.environ.get("PODRACER_SIZE", "full")' in size_lines[0]), (
+    assert len(size_lines) == 1 and 'os.environ.get("PODRACER_SIZE", "full")' in size_lines[0], (
         f"{path.name}: one size setting defaulting to the learning size, got {size_lines}")
     checks = sum(len(re.findall(r"\bcheck\(\s*\"", src)) for src in sources)
     assert 2 <= checks <= 4, f"{path.name}: 2-3 exercises with a check cell each, found {checks} check() calls"
