@@ -237,7 +237,7 @@ def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path, user_module
 
 def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path, user_module):
     # Once two entries are in, `hold` keeps the pods inside their next generation, so the Ctrl-C
-    # lands mid-run for sure (on a quiet machine the 6 generations could otherwise all finish first).
+    # lands mid-generation for sure.
     hold = tmp_path / "hold"
     make_held_env = functools.partial(importlib.import_module(user_module).make_pendulum, 16, str(hold))
 
@@ -247,35 +247,28 @@ def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path, user_modul
 
     t = small_tournament(tmp_path, generations=3)
 
-    interrupted = threading.Event()
-
     def interrupt():
         wait_for(lambda: len(t.board) >= 2, what="two entries")
         hold.touch()
         time.sleep(0.5)  # the pods reach their next env step and wait there
-        try:
-            # What Ctrl-C in a terminal or notebook does. Repeated until run() has raised: in one
-            # fresh-clone CI run a single SIGINT did not surface (open question, see issue notes),
-            # and with the pods held that waited forever.
-            for _ in range(12):
-                os.kill(os.getpid(), signal.SIGINT)
-                if interrupted.wait(5.0):  # long enough for run() to finish stopping the pods
-                    break
-        finally:
-            hold.unlink(missing_ok=True)  # never leave the pods blocked
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a terminal or notebook does
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        try:
+    # Ctrl-C raises KeyboardInterrupt in a terminal or a notebook, but a process started in the
+    # background (`cmd &` in a script, as CI runners may do) inherits SIGINT ignored, and in the full
+    # suite the signal then never surfaced: give the test the terminal's handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
             t.run(progress=None)
-        finally:
-            interrupted.set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        hold.unlink(missing_ok=True)  # never leave the pods blocked
     first = [(e.id, e.checksum) for e in t.board.entries()]
     assert 2 <= len(first) < 6
     assert_consistent(t.board)
     assert not (t.board.pods()["status"].isin(["running", "stopping"])).any()
 
-    hold.unlink(missing_ok=True)
     resumed = small_tournament(tmp_path, generations=3)  # same settings, same store
     resumed.run(progress=None)
     entries = resumed.board.entries()
