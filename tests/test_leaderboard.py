@@ -193,7 +193,7 @@ def test_mutation_stays_within_declared_bounds():
             assert old != new
     assert seen_changes > 1000
     with pytest.raises(ValueError, match="not mutable"):
-        small_agent().set_hparams(gamma=0.5)
+        small_agent().set_hparams(vf_coef=0.25)
 
 
 def test_selection_prefers_the_top_of_the_board(tmp_path):

@@ -210,7 +210,7 @@ def test_set_hparams_changes_optimizer_lr_and_annealing():
     assert agent.optimizer.param_groups[0]["lr"] == 1e-3
     assert agent.config.ent_coef == 0.01
     with pytest.raises(ValueError, match="not mutable"):
-        agent.set_hparams(gamma=0.5)
+        agent.set_hparams(vf_coef=0.25)
 
     annealed = _tiny_agent(env, learning_rate=1e-3, anneal_steps=8 * 4 * 4)  # 4 train_steps to reach 0
     obs, _ = env.reset(seed=0)

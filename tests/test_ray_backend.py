@@ -69,8 +69,9 @@ def assert_consistent(board: Leaderboard, budget: int) -> None:
     assert len({e.ticket for e in entries}) == budget and len({e.checksum for e in entries}) == budget
     by_id = {e.id: e for e in entries}
     for e in entries:
-        if e.parent_id is None:
-            assert e.generation == 0 and e.changes == {}
+        if e.parent_id is None:  # fresh: ticket 1 keeps the configured hparams, later ones may redraw some
+            assert e.generation == 0 and (e.ticket != 1 or e.changes == {})
+            assert all(e.hparams[name] == pytest.approx(new) for name, (old, new) in e.changes.items())
             continue
         parent = by_id[e.parent_id]
         assert e.generation == parent.generation + 1 and e.env_steps >= parent.env_steps + 4096

@@ -20,6 +20,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import gymnasium as gym
 import pytest
@@ -158,8 +159,11 @@ def test_lineage_records_parent_and_hyperparameter_changes(pendulum_run):
     for entry in board.entries():
         assert set(entry.hparams) == set(bounds)
         assert all(bounds[k][0] <= v <= bounds[k][1] for k, v in entry.hparams.items())
-        if entry.parent_id is None:
-            assert entry.generation == 0 and entry.changes == {}
+        if entry.parent_id is None:  # fresh: changes are redraws from the configured values (none for ticket 1)
+            assert entry.generation == 0 and (entry.ticket != 1 or entry.changes == {})
+            for name, (old, new) in entry.changes.items():
+                assert old == pytest.approx(PENDULUM_PPO.get(name, getattr(PPOConfig(), name)))
+                assert entry.hparams[name] == pytest.approx(new)
             continue
         parent = board.get(entry.parent_id)
         assert entry.generation == parent.generation + 1
@@ -450,6 +454,11 @@ def test_corrupt_checkpoints_are_skipped_by_pods_and_best(tmp_path):
     with pytest.warns(RuntimeWarning, match=f"entry {bad.id} skipped"):
         agent, parent, _, _ = pod.start_agent(random.Random(0), seed=0)
     assert parent.id == good.id and board.get(bad.id).corrupt
+    pod.last = bad  # the pod's own entry leads but cannot be loaded: it copies the next one, not a fresh agent
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, parent, _, _ = pod.start_agent(random.Random(0), seed=0, ticket=9)
+    assert parent is not None and parent.id == good.id
 
     worse = board.submit(podracer.make_agent("ppo", env, seed=2, **TINY_PPO), -50.0, agent_name="ppo")
     path = board.store / worse.checkpoint
@@ -497,6 +506,67 @@ def test_pods_build_agents_quietly_with_the_configured_preset(tmp_path, caplog):
         small_tournament(tmp_path / "other", preset="no-such-task")
 
 
+def test_fresh_agents_after_the_first_explore_from_generation_zero(tmp_path):
+    t = small_tournament(tmp_path)
+    pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
+    bounds = mutable_bounds(PPOConfig())
+    configured = {k: PENDULUM_PPO.get(k, getattr(PPOConfig(), k)) for k in bounds}
+    first = pod.start_agent(random.Random(1), seed=1, ticket=1)
+    assert first[3] == {} and first[2] == pytest.approx(configured)  # the user's setting stays in the population
+    draws = [pod.start_agent(random.Random(ticket), seed=ticket, ticket=ticket) for ticket in range(2, 8)]
+    assert sum(bool(changes) for _, _, _, changes in draws) >= 4  # redrawn with probability 0.5 per hparam
+    for agent, parent, hparams, changes in draws:
+        assert parent is None and all(bounds[k][0] <= v <= bounds[k][1] for k, v in hparams.items())
+        assert {k: getattr(agent.config, k) for k in bounds} == pytest.approx(hparams)  # applied to the agent
+        for name, (old, new) in changes.items():
+            assert old == pytest.approx(configured[name]) and hparams[name] == pytest.approx(new)
+        if "learning_rate" in changes:
+            assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(hparams["learning_rate"])
+    again = pod.start_agent(random.Random(2), seed=2, ticket=2)
+    assert again[2] == draws[0][2]  # deterministic given the generation's seed
+    off = TournamentConfig(**{**t.config.to_dict(), "init_resample_prob": 0.0})
+    pod_off = Pod(PodSpec(str(tmp_path), 0, off, make_small_env, make_small_eval_env))
+    assert pod_off.start_agent(random.Random(2), seed=2, ticket=2)[3] == {}
+    with pytest.raises(ValueError, match="init_resample_prob are probabilities"):
+        TournamentConfig(**{**t.config.to_dict(), "init_resample_prob": 1.5})
+
+
+def test_a_leading_pod_trains_on_unchanged_and_a_lagging_one_copies_and_mutates(tmp_path):
+    t = small_tournament(tmp_path, keep_top=1, exploit_margin=0.0, explore_prob=0.0)
+    pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
+    agent = pod.start_agent(random.Random(1), seed=1)[0]
+    hp = {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}
+    best = pod.board.submit(agent, -200.0, hparams=hp, env_steps=4096)
+    worse = pod.board.submit(agent, -900.0, hparams=hp, env_steps=4096)
+    pod.last = best  # leads the board: PBT leaves it alone
+    for s in range(5):
+        _, parent, hparams, changes = pod.start_agent(random.Random(s), seed=s, ticket=9)
+        assert parent.id == best.id and changes == {} and hparams == pytest.approx(hp)
+    pod.last = worse  # lags: draws a parent from the top_k and perturbs it, as every pod did before keep_top
+    draws = [pod.start_agent(random.Random(s), seed=s, ticket=9) for s in range(8)]
+    assert all(changes for *_, changes in draws) and best.id in {parent.id for _, parent, _, _ in draws}
+    pod.config = TournamentConfig(**{**t.config.to_dict(), "keep_top": 0})
+    pod.last = best
+    assert pod.start_agent(random.Random(0), seed=0, ticket=9)[3]  # keep_top=0: every generation mutates
+    with pytest.raises(ValueError, match="keep_top must be an int >= 0"):
+        TournamentConfig(**{**t.config.to_dict(), "keep_top": -1})
+
+
+def test_a_pod_within_evaluation_noise_of_the_leader_does_not_copy_it(tmp_path):
+    t = small_tournament(tmp_path, keep_top=1, exploit_margin=2.0, explore_prob=0.0)
+    pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))  # 4 eval episodes
+    agent = pod.start_agent(random.Random(1), seed=1)[0]
+    hp = {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}
+    pod.board.submit(agent, -1200.0, score_std=300.0, hparams=hp, env_steps=4096)
+    noisy = pod.board.submit(agent, -1300.0, score_std=300.0, hparams=hp, env_steps=4096)
+    clear = pod.board.submit(agent, -1900.0, score_std=300.0, hparams=hp, env_steps=4096)
+    pod.last = noisy  # 100 behind, standard error sqrt(2 x 300² / 4) = 212: noise, it trains on
+    assert all(pod.start_agent(random.Random(s), seed=s, ticket=9)[1:] == (noisy, hp, {}) for s in range(4))
+    pod.last = clear  # 700 behind: beyond 2 standard errors, it copies and mutates
+    assert all(pod.start_agent(random.Random(s), seed=s, ticket=9)[3] for s in range(4))
+    with pytest.raises(ValueError, match="exploit_margin must be >= 0"):
+        TournamentConfig(**{**t.config.to_dict(), "exploit_margin": -1.0})
+
 # ---------------------------------------------------------------------------- configuration
 def test_env_factories_must_be_picklable(tmp_path):
     def local_factory():
@@ -528,6 +598,10 @@ def test_config_yaml_round_trip_and_store_mismatch(tmp_path):
     assert yaml.safe_load(text)["agent_config"]["hidden_sizes"] == [16]
     with pytest.raises(ValueError, match="unknown TournamentConfig field"):
         TournamentConfig.from_dict({**config.to_dict(), "podz": 3})
+    old = {k: v for k, v in config.to_dict().items() if k not in ("keep_top", "init_resample_prob", "exploit_margin")}
+    resumed = TournamentConfig.from_dict(old)  # a store from before keep_top: it goes on as it ran
+    assert (resumed.keep_top, resumed.init_resample_prob, resumed.exploit_margin) == (0, 0.0, 0.0)
+    assert (config.keep_top, config.init_resample_prob, config.exploit_margin) == (2, 0.5, 2.0)
 
     t = small_tournament(tmp_path / "run")
     saved = TournamentConfig.from_yaml(tmp_path / "run" / "tournament.yaml")
@@ -629,3 +703,32 @@ def test_selection_draws_only_the_front_of_each_lineage():
         picks = {select_parent(entries, rng, method, top_k=2).id for _ in range(300)}
         assert picks == {5, 2}, method
     assert select_parent([entry(1, -100.0), entry(3, -90.0, parent=1)], rng).id == 3  # never an empty pool
+
+
+def test_mutation_moves_discounts_on_their_horizon_and_integers_by_at_least_one():
+    """γ and λ sit just below 1: x1.25 would clip them to the upper bound, so they mutate on
+    1 - x. Integers (epochs, minibatches) always move when perturbed: round(2 x 1.25) is 2."""
+    from podracer.tournament.selection import mutate, mutation_scales
+
+    config = PPOConfig()
+    bounds, scales = mutable_bounds(config), mutation_scales(config)
+    assert {"gamma", "gae_lambda"} <= set(bounds)
+    assert scales == {"gamma": "one_minus", "gae_lambda": "one_minus"}
+    rng = random.Random(0)
+    one = {"gamma": (0.9, 0.999)}
+    seen = {mutate({"gamma": 0.99}, one, rng, scales=scales, resample_prob=0.0)[0]["gamma"] for _ in range(50)}
+    assert seen == {0.992, 0.9875}  # 1 - 0.01 x 0.8, 1 - 0.01 x 1.25 (stored to 6 digits)
+    on_x = {mutate({"gamma": 0.99}, one, rng, resample_prob=0.0)[0]["gamma"] for _ in range(50)}
+    assert on_x == {0.999, 0.9}  # what the plain log scale would do: jump to a bound
+    redrawn = sorted(1 - mutate({"gamma": 0.99}, one, rng, scales=scales, resample_prob=1.0)[0]["gamma"]
+                     for _ in range(400))
+    assert 0.005 < redrawn[200] < 0.02  # log-uniform on 1 - γ in [0.001, 0.1]: median 0.01
+    epochs = {"update_epochs": (1, 20)}
+    up_down = {mutate({"update_epochs": 2}, epochs, rng, resample_prob=0.0)[0]["update_epochs"] for _ in range(50)}
+    assert up_down == {1, 3}
+    from_one = {mutate({"update_epochs": 1}, epochs, rng, resample_prob=0.0)[0]["update_epochs"] for _ in range(50)}
+    assert from_one == {1, 2}
+    with pytest.raises(ValueError, match="one_minus scale needs bounds"):
+        mutate({"gamma": 0.99}, {"gamma": (0.9, 1.0)}, rng, scales=scales)
+    with pytest.raises(ValueError, match="unknown scale"):
+        mutate({"gamma": 0.99}, one, rng, scales={"gamma": "sqrt"})

@@ -96,17 +96,21 @@ class PPOConfig:
     explicitly. ``PRESETS`` below holds settings tuned per task for many batched sub-envs."""
 
     num_steps: int | None = None  # T: rollout length per sub-env, 8-2048; None = max(⌈2048 / num_envs⌉, 16)
+    # Not mutable: epochs and minibatches set a generation's compute; a tournament's pods share a
+    # budget of generations, so cheaper mutants would claim most of them (measured, issue 12).
     num_minibatches: int = 32  # minibatches per epoch, 1-64 (paper: 2048 / 32 = 64 samples with one env)
     update_epochs: int = 10  # K: passes over each rollout, 1-20
-    gamma: float = 0.99  # γ: discount factor, 0.9-0.999
-    gae_lambda: float = 0.95  # λ: GAE bias/variance trade-off, 0.8-1.0
+    # γ: discount factor, 0.9-0.999; λ: GAE bias/variance trade-off, 0.8-1.0. Both mutate on 1 - x,
+    # the inverse horizon (see podracer.tournament.selection).
+    gamma: float = field(default=0.99, metadata={"mutable": (0.9, 0.999), "mutable_scale": "one_minus"})
+    gae_lambda: float = field(default=0.95, metadata={"mutable": (0.8, 0.99), "mutable_scale": "one_minus"})
     learning_rate: float = field(default=3e-4, metadata={"mutable": (1e-5, 1e-2)})  # α: Adam step size, 1e-5-1e-2
     anneal_lr: bool = False  # α decays linearly to 0 over each training run (window set by begin_training)
     anneal_steps: int = 0  # absolute horizon: α reaches 0 at this global_step; 0 = off; overrides anneal_lr
     clip_eps: float = field(default=0.2, metadata={"mutable": (0.05, 0.4)})  # ε: ratio clip, 0.1-0.3
     clip_vloss: bool = True  # clip value updates to ±ε around V_old (ppo2), else plain squared error
     vf_coef: float = 0.5  # c₁: value-loss weight, 0.25-1
-    ent_coef: float = field(default=0.0, metadata={"mutable": (0.0, 0.05)})  # c₂: entropy bonus, 0-0.01
+    ent_coef: float = field(default=0.0, metadata={"mutable": (0.0, 0.01)})  # c₂: entropy bonus, 0-0.01
     max_grad_norm: float = 0.5  # global gradient-norm clip, 0.5-10
     target_kl: float | None = None  # stop the epochs early once approx KL exceeds this, 0.01-0.05; None = never
     norm_adv: bool = True  # standardise Â per minibatch
@@ -611,7 +615,7 @@ class PPO(AgentBase):
 
     # -- hyperparameters and persistence
     def set_hparams(self, **hparams: Any) -> None:
-        """Change mutable config fields (``learning_rate``, ``ent_coef``, ``clip_eps``) of a live agent;
+        """Change mutable config fields (learning rate, γ, λ, ε, c₂) of a live agent;
         the learning rate goes straight into the optimizer (annealed if annealing is on)."""
         super().set_hparams(**hparams)
         self._apply_lr()

@@ -50,6 +50,19 @@ class TournamentConfig:
     top_k: int = 5  # parents are drawn from the best top_k entries
     temperature: float = 1.0  # softmax temperature, 0.3-3: lower is greedier
     explore_prob: float = 0.05  # chance a generation starts from a fresh agent instead of a parent
+    # A pod whose latest entry is among the best keep_top of the board's front trains on from it
+    # with its hyperparameters unchanged; the others copy a parent and mutate it (PBT's truncation
+    # selection: only lagging members exploit and explore). 0: every generation selects and mutates.
+    keep_top: int = 2
+    # A pod also trains on from its latest entry when the board's best beats it by no more than
+    # exploit_margin standard errors (PBT's t-test criterion); 0: off. The errors come from the
+    # spread over the eval env's episodes, so an eval env of one episode (one validation account)
+    # has none and only keep_top applies.
+    exploit_margin: float = 2.0
+    # Fresh agents other than the run's first: each mutable hparam is redrawn from its bounds
+    # (log-uniform when positive) with this chance, so the population explores from generation 0
+    # instead of all pods starting from one setting. 0: every fresh agent has the configured values.
+    init_resample_prob: float = 0.5
     perturb_factors: tuple[float, ...] = (0.8, 1.25)  # PBT: each mutable hparam is multiplied by one of these
     resample_prob: float = 0.1  # PBT: chance a hparam is redrawn from its bounds instead
     eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
@@ -79,10 +92,15 @@ class TournamentConfig:
             raise ValueError(f"generations must be >= 1 or None, got {self.generations}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; use one of {SELECTIONS}")
-        if not 0.0 <= self.explore_prob <= 1.0 or not 0.0 <= self.resample_prob <= 1.0:
-            raise ValueError("explore_prob and resample_prob are probabilities: use values in [0, 1]")
+        if not all(0.0 <= p <= 1.0 for p in (self.explore_prob, self.resample_prob, self.init_resample_prob)):
+            raise ValueError("explore_prob, resample_prob and init_resample_prob are probabilities: "
+                             "use values in [0, 1]")
         if self.top_k < 1 or self.temperature <= 0 or any(f <= 0 for f in self.perturb_factors):
             raise ValueError("top_k must be >= 1, temperature > 0 and perturb_factors positive")
+        if isinstance(self.keep_top, bool) or not isinstance(self.keep_top, int) or self.keep_top < 0:
+            raise ValueError(f"keep_top must be an int >= 0 (0: every generation mutates), got {self.keep_top!r}")
+        if self.exploit_margin < 0:
+            raise ValueError(f"exploit_margin must be >= 0 (0: off), got {self.exploit_margin}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; use one of {BACKENDS}")
         if self.gpus_per_pod < 0:
@@ -118,8 +136,9 @@ class TournamentConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown TournamentConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        # Stores written before presets existed trained with the config defaults: keep it so.
-        return cls(**{"preset": None, **d})
+        # Stores written before presets existed trained with the config defaults, and before
+        # keep_top and init_resample_prob every generation mutated and fresh agents did not: keep it so.
+        return cls(**{"preset": None, "keep_top": 0, "init_resample_prob": 0.0, "exploit_margin": 0.0, **d})
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)

@@ -20,6 +20,7 @@ the ``Leaderboard`` on a shared store (local backend) or a client with the same 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 import signal
@@ -40,9 +41,10 @@ from podracer.evaluate import evaluate
 from podracer.train import iterate_training, seed_everything
 from podracer.tournament.config import TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
-from podracer.tournament.selection import mutate, select_parent
+from podracer.tournament.selection import mutate, mutation_scales, select_parent, superseded_removed
 
 WATCHDOG_INTERVAL_S = 0.5  # how often a pod checks that its driver is alive
+FIRST_TICKET = 1  # the store's first ticket id (SQLite AUTOINCREMENT): its fresh agent keeps the configured hparams
 ORPHAN_EXIT_CODE = 75  # the exit code of a pod whose driver is gone (EX_TEMPFAIL: its generation is lost)
 
 
@@ -72,17 +74,23 @@ class Pod:
         self.agent_cls = resolve_agent(self.config.agent)
         self.env = spec.make_env()
         self.eval_env = spec.make_eval_env()
+        self.last: Entry | None = None  # this pod's latest submission (see ``keep_top``)
 
-    def start_agent(self, rng: random.Random, seed: int) -> tuple[Any, Entry | None, dict[str, Any], dict[str, list]]:
+    def start_agent(self, rng: random.Random, seed: int, ticket: int = FIRST_TICKET
+                    ) -> tuple[Any, Entry | None, dict[str, Any], dict[str, list]]:
         """``(agent, parent, hparams, changes)``: a mutated copy of a selected parent (weights,
-        optimizer state, normalisers), or a fresh agent when the board is empty or by chance."""
+        optimizer state, normalisers), or a fresh agent when the board is empty or by chance (its
+        hparams partly redrawn unless ``ticket`` is the run's first, see ``init_resample_prob``).
+        A pod whose latest entry leads the board (``keep_top``) trains on from it unchanged."""
         cfg = self.config
         unusable: set[int] = set()  # this draw: corrupt ones are also flagged, missing ones only skipped
         for _ in range(3):  # a parent whose checkpoint fails to load is skipped and another is drawn
-            candidates = [e for e in self.board.top(cfg.top_k + len(unusable)) if e.id not in unusable]
+            candidates = [e for e in self.board.top(max(cfg.top_k, cfg.keep_top) + len(unusable))
+                          if e.id not in unusable]
             if not candidates or rng.random() < cfg.explore_prob:
                 break
-            parent = select_parent(candidates, rng, cfg.selection, cfg.top_k, cfg.temperature)
+            own = self.leading(candidates) if self.last and self.last.id not in unusable else None
+            parent = own or select_parent(candidates, rng, cfg.selection, cfg.top_k, cfg.temperature)
             try:
                 agent = self.board.load_agent(parent, device=str(self.env.device))
             except CheckpointError:  # warned by the board
@@ -90,12 +98,43 @@ class Pod:
                 continue
             bounds = mutable_bounds(agent.config)
             current = {k: getattr(agent.config, k) for k in bounds}
-            hparams, changes = mutate(current, bounds, rng, cfg.perturb_factors, cfg.resample_prob)
+            if own is not None:  # PBT exploits and explores only when a member lags behind
+                return agent, parent, current, {}
+            hparams, changes = mutate(current, bounds, rng, cfg.perturb_factors, cfg.resample_prob,
+                                      mutation_scales(agent.config))
             if changes:
                 agent.set_hparams(**{k: hparams[k] for k in changes})
             return agent, parent, hparams, changes
         agent = make_agent(self.agent_cls, self.env, seed=seed, preset=cfg.preset, verbose=False, **cfg.agent_config)
-        return agent, None, {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}, {}
+        bounds = mutable_bounds(agent.config)
+        hparams, changes = {k: getattr(agent.config, k) for k in bounds}, {}
+        if ticket != FIRST_TICKET and cfg.init_resample_prob > 0:
+            # Explore from generation 0: a fresh agent other than the first redraws some hparams
+            # (changes are relative to the configured values); the first keeps them, so the
+            # user's setting is always in the population.
+            hparams, changes = mutate(hparams, bounds, rng, factors=(1.0,), resample_prob=cfg.init_resample_prob,
+                                      scales=mutation_scales(agent.config))
+            if changes:
+                agent.set_hparams(**{k: hparams[k] for k in changes})
+        return agent, None, hparams, changes
+
+    def leading(self, candidates: list[Entry]) -> Entry | None:
+        """This pod's latest entry when it is among the best ``keep_top`` of the front of
+        ``candidates`` (PBT's truncation selection: such a member neither copies nor perturbs)."""
+        cfg, last = self.config, self.last
+        if last is None or (cfg.keep_top < 1 and cfg.exploit_margin <= 0):
+            return None
+        front = sorted(superseded_removed(candidates), key=lambda e: (-e.score, e.id))
+        if any(e.id == last.id for e in front[:cfg.keep_top]):
+            return last
+        if cfg.exploit_margin > 0 and front and (last.id in {e.id for e in front} or last.id not in
+                                                 {e.id for e in candidates}):
+            # Welch's standard error of the difference of two means over the eval env's episodes
+            n = max(int(getattr(self.eval_env, "num_envs", 1)), 1)
+            se = math.sqrt(((front[0].score_std or 0.0) ** 2 + (last.score_std or 0.0) ** 2) / n)
+            if front[0].score - last.score <= cfg.exploit_margin * se:
+                return last  # not worse beyond evaluation noise: copying the leader would follow luck
+        return None
 
     def run_generation(self, ticket: int) -> Entry:
         """Train, evaluate and submit one generation under ``ticket``."""
@@ -103,17 +142,18 @@ class Pod:
         seed = (self.config.seed * 1_000_003 + ticket) % 2**31  # distinct per generation, reproducible
         seed_everything(seed)
         rng = random.Random(seed)
-        agent, parent, hparams, changes = self.start_agent(rng, seed)
+        agent, parent, hparams, changes = self.start_agent(rng, seed, ticket)
         steps = 0
         for row in iterate_training(agent, self.env, self.config.generation_steps, seed=seed):
             steps = int(row["global_step"])  # may overshoot generation_steps by part of one train_step
         result = evaluate(agent, self.eval_env, seed=self.config.eval_seed)
-        return self.board.submit(
+        self.last = self.board.submit(
             agent, result["eval/return_mean"], score_std=result["eval/return_std"], ticket=ticket,
             parent_id=parent.id if parent else None, generation=parent.generation + 1 if parent else 0,
             pod=self.spec.pod_id, agent_name=self.config.agent, hparams=hparams, changes=changes,
             env_steps=(parent.env_steps if parent else 0) + steps,
             wall_time=time.perf_counter() - start)
+        return self.last
 
     def run(self) -> int:
         """Generations until the budget is spent, a stop is requested, the driver is gone, or the
