@@ -23,6 +23,7 @@ import time
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -610,6 +611,24 @@ def test_config_yaml_round_trip_and_store_mismatch(tmp_path):
     with pytest.raises(ValueError, match="generation_steps"):
         Tournament(make_small_env, make_small_eval_env, generation_steps=999, store=tmp_path / "run",
                    agent_config=TINY_PPO, seed=1)
+
+
+def test_numeric_settings_must_be_numbers_with_a_named_error(tmp_path):
+    t = small_tournament(tmp_path / "run", generations=2)
+    yaml_path = tmp_path / "run" / "tournament.yaml"
+    text = yaml_path.read_text()
+    yaml_path.write_text(text.replace("temperature: 1.0", "temperature: 1e-3"))  # YAML reads 1e-3 as text
+    with pytest.raises(ValueError, match=r"temperature must be a number, got '1e-3'.*write 0.001"):
+        Tournament.from_store(tmp_path / "run")
+    yaml_path.write_text(text.replace("top_k: 5", "top_k: 2.5"))
+    with pytest.raises(ValueError, match="top_k must be a whole number, got 2.5"):
+        Tournament.from_store(tmp_path / "run")
+    with pytest.raises(ValueError, match="keep_top must be a whole number, got True"):
+        TournamentConfig(**{**t.config.to_dict(), "keep_top": True})
+    plain = TournamentConfig(**{**t.config.to_dict(), "generation_steps": 1e4, "seed": np.int64(3),
+                                "exploit_margin": np.float32(1.5), "generations": None, "time_budget": 60})
+    assert (plain.generation_steps, plain.seed, plain.exploit_margin) == (10_000, 3, 1.5)
+    assert "generation_steps: 10000\n" in plain.to_yaml()  # plain numbers: the YAML stays readable
 
 
 def test_from_store_runs_only_trusted_or_allowed_code(tmp_path, user_module):

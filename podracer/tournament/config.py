@@ -7,6 +7,7 @@ the code a store may name without the caller's say-so (``TRUSTED_CALLABLES``).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import functools
 import inspect
 import os
@@ -75,6 +76,7 @@ class TournamentConfig:
     make_eval_env: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         self.agent_config = _plain(self.agent_config)
         self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
         if self.pods != "auto" and (isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 1):
@@ -129,6 +131,24 @@ class TournamentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
+
+    def _check_numbers(self) -> None:
+        """Numeric fields hold numbers (an edited tournament.yaml may hold ``"1e-3"``, which YAML reads
+        as text): a named error, and numpy scalars become plain ints and floats for the YAML."""
+        for f in dataclasses.fields(self):
+            kind, _, optional = str(f.type).partition(" | ")
+            if kind not in ("int", "float") or optional not in ("", "None"):
+                continue
+            value = getattr(self, f.name)
+            if value is None and optional:
+                continue
+            whole = isinstance(value, numbers.Real) and float(value).is_integer()  # 1e5 is a fine step count
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or (kind == "int" and not whole):
+                what = "a whole number" if kind == "int" else "a number"
+                hint = " (YAML reads 1e-3 as text: write 0.001)" if isinstance(value, str) else ""
+                raise ValueError(f"{f.name} must be {what}{' or None' if optional else ''}, got {value!r}: fix the "
+                                 f"argument, or that line of the store's tournament.yaml{hint}")
+            setattr(self, f.name, int(value) if kind == "int" else float(value))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TournamentConfig":
