@@ -256,6 +256,10 @@ def tournament_options(parser: argparse.ArgumentParser, pairs: list[str]) -> dic
         if not sep or key not in known:
             parser.error(f"--tournament takes KEY=VALUE with KEY a TournamentConfig field, got {pair!r}")
         options[key] = yaml.safe_load(value)
+    try:  # refuse a bad value now, not after the single-pod arms have trained
+        TournamentConfig(**options)
+    except ValueError as exc:
+        parser.error(f"--tournament: {exc}")
     return options
 
 
