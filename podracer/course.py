@@ -96,7 +96,12 @@ def run_lesson(path: str) -> None:
     for number, cell in enumerate(notebook.cells):
         if cell.cell_type != "code":
             continue
-        result = shell.run_cell(cell.source, store_history=False)
+        source = cell.source.rstrip()
+        if source.endswith(";"):
+            # IPython looks for the `;` that hides a cell's value in the history's last cell, which
+            # here is the cell calling run_lesson: end with a statement so nothing is echoed.
+            source += "\npass"
+        result = shell.run_cell(source, store_history=False)
         if not result.success:
             error = result.error_in_exec or result.error_before_exec
             raise RuntimeError(f"{path}: cell {number} failed with {type(error).__name__}: {error}") from error

@@ -79,6 +79,16 @@ def test_lesson_follows_the_rules(path):
     assert 2 <= checks <= 4, f"{path.name}: 2-3 exercises with a check cell each, found {checks} check() calls"
 
 
+@pytest.mark.parametrize("path", LESSONS + sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.parent.name + "/" + p.name)
+def test_no_figure_is_drawn_twice(path):
+    # A cell whose value is a Figure (BacktestResult.plot() returns one) shows it twice in Jupyter:
+    # as the cell's result and again from the inline backend. A trailing `;` drops the result.
+    for src in code(path):
+        last = src.rstrip().splitlines()[-1] if src.strip() else ""
+        assert not re.fullmatch(r"[\w.\[\]\"']+\.plot\(.*\)", last.strip()), (
+            f"{path.name}: end `{last.strip()}` with `;`, or Jupyter draws its figure twice")
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_every_lesson_has_a_solution_that_runs_it(path):
     solution = SOLUTIONS / path.name
@@ -118,3 +128,22 @@ def test_run_lesson_needs_ipython():
 
     with pytest.raises(RuntimeError, match="in Jupyter or IPython"):
         run_lesson(str(LESSONS[0]))
+
+
+def test_run_lesson_echoes_what_the_lesson_would_and_no_more(tmp_path):
+    # A solution runs its lesson inside one cell; a `;` at the end of a lesson cell must still
+    # hide that cell's value (IPython reads the `;` from history, which holds the outer cell).
+    import nbformat
+    from nbclient import NotebookClient
+
+    lesson = nbformat.v4.new_notebook()
+    lesson.cells = [nbformat.v4.new_code_cell("import matplotlib\nmatplotlib.use('agg')\n"
+                                              "import matplotlib.pyplot as plt\nplt.figure().gca().plot([1], label='a')\n"
+                                              "plt.legend();"),
+                    nbformat.v4.new_code_cell("answer = 41 + 1\nanswer")]
+    nbformat.write(lesson, tmp_path / "lesson.ipynb")
+    solution = nbformat.v4.new_notebook()
+    solution.cells = [nbformat.v4.new_code_cell(f"from podracer.course import run_lesson\nrun_lesson({str(tmp_path / 'lesson.ipynb')!r})")]
+    NotebookClient(solution, kernel_name="python3", timeout=120).execute()
+    echoed = [o["data"]["text/plain"] for o in solution.cells[0].outputs if o["output_type"] == "execute_result"]
+    assert echoed == ["42"]
