@@ -138,7 +138,10 @@ class InteractiveBacktest:
             "policy": widgets.Dropdown(options=names, value=names[0], description="policy"),
             "window": widgets.SelectionRangeSlider(options=[(str(d.date()), d) for d in dates],
                                                    index=(0, len(dates) - 1), description="dates",
-                                                   continuous_update=False, layout=widgets.Layout(width="95%")),
+                                                   # its readout box cuts two dates short: the status line
+                                                   # under the slider names the window instead
+                                                   readout=False, continuous_update=False,
+                                                   layout=widgets.Layout(width="95%")),
             "cost_pct": widgets.FloatSlider(value=1e-3, min=0.0, max=0.01, step=5e-4, description="cost",
                                             readout_format=".2%", continuous_update=False),
             "turbulence_on": widgets.Checkbox(value=False, description="turbulence switch"),
@@ -192,7 +195,7 @@ class InteractiveBacktest:
             self.status.value = f"<b>cannot backtest this setting:</b> {err}"
             return
         m = self.result.metrics()
-        days = self.result.account_value.index  # the slider's readout is cut short: name the window here
+        days = self.result.account_value.index  # the dates slider has no readout: name the window here
         costs = "not traded" if pd.isna(m["costs"]) else f"costs {m['costs']:.2%} of the cash"  # the index
         self.status.value = (f"<b>{controls.policy}</b>, {days[0].date()} .. {days[-1].date()}: Sharpe "
                              f"{m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, {costs}")
