@@ -97,7 +97,7 @@ def run_lesson(path: str) -> None:
         if cell.cell_type != "code":
             continue
         source = cell.source.rstrip()
-        if source.endswith(";"):
+        if source.endswith(";") and not source.startswith("%%"):  # a cell magic's body is not Python
             # IPython looks for the `;` that hides a cell's value in the history's last cell, which
             # here is the cell calling run_lesson: end with a statement so nothing is echoed.
             source += "\npass"
