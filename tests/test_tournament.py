@@ -747,6 +747,12 @@ def test_mutation_moves_discounts_on_their_horizon_and_integers_by_at_least_one(
     assert up_down == {1, 3}
     from_one = {mutate({"update_epochs": 1}, epochs, rng, resample_prob=0.0)[0]["update_epochs"] for _ in range(50)}
     assert from_one == {1, 2}
+    odd = {"learning_rate": 0.000123456789, "ent_coef": 0.02}  # 9 digits, and above ent_coef's bound 0.01
+    odd_bounds = {"learning_rate": (1e-5, 1e-2), "ent_coef": (0.0, 0.01)}
+    assert mutate(odd, odd_bounds, rng, factors=(), resample_prob=0.0) == (odd, {})  # redraws only: untouched
+    redrawn_only = [mutate(odd, odd_bounds, rng, factors=(), resample_prob=0.5)[1] for _ in range(40)]
+    assert all(new != old for changes in redrawn_only for old, new in changes.values())
+    assert {"learning_rate", "ent_coef"} == {name for changes in redrawn_only for name in changes}
     with pytest.raises(ValueError, match="one_minus scale needs bounds"):
         mutate({"gamma": 0.99}, {"gamma": (0.9, 1.0)}, rng, scales=scales)
     with pytest.raises(ValueError, match="unknown scale"):

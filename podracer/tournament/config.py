@@ -7,9 +7,9 @@ the code a store may name without the caller's say-so (``TRUSTED_CALLABLES``).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import functools
 import inspect
+import numbers
 import os
 import pickle
 import sys
@@ -99,7 +99,7 @@ class TournamentConfig:
                              "use values in [0, 1]")
         if self.top_k < 1 or self.temperature <= 0 or any(f <= 0 for f in self.perturb_factors):
             raise ValueError("top_k must be >= 1, temperature > 0 and perturb_factors positive")
-        if isinstance(self.keep_top, bool) or not isinstance(self.keep_top, int) or self.keep_top < 0:
+        if self.keep_top < 0:  # an int: _check_numbers
             raise ValueError(f"keep_top must be an int >= 0 (0: every generation mutates), got {self.keep_top!r}")
         if self.exploit_margin < 0:
             raise ValueError(f"exploit_margin must be >= 0 (0: off), got {self.exploit_margin}")
@@ -157,7 +157,8 @@ class TournamentConfig:
         if unknown:
             raise ValueError(f"unknown TournamentConfig field(s) {unknown}; valid fields: {sorted(names)}")
         # Stores written before presets existed trained with the config defaults, and before
-        # keep_top and init_resample_prob every generation mutated and fresh agents did not: keep it so.
+        # keep_top, exploit_margin and init_resample_prob every generation mutated and fresh agents
+        # did not: keep it so.
         return cls(**{"preset": None, "keep_top": 0, "init_resample_prob": 0.0, "exploit_margin": 0.0, **d})
 
     def to_yaml(self, path: str | Path | None = None) -> str:

@@ -89,7 +89,7 @@ class Pod:
                           if e.id not in unusable]
             if not candidates or rng.random() < cfg.explore_prob:
                 break
-            own = self.leading(candidates) if self.last and self.last.id not in unusable else None
+            own = self.leading(candidates, unusable)
             parent = own or select_parent(candidates, rng, cfg.selection, cfg.top_k, cfg.temperature)
             try:
                 agent = self.board.load_agent(parent, device=str(self.env.device))
@@ -112,23 +112,25 @@ class Pod:
             # Explore from generation 0: a fresh agent other than the first redraws some hparams
             # (changes are relative to the configured values); the first keeps them, so the
             # user's setting is always in the population.
-            hparams, changes = mutate(hparams, bounds, rng, factors=(1.0,), resample_prob=cfg.init_resample_prob,
+            hparams, changes = mutate(hparams, bounds, rng, factors=(), resample_prob=cfg.init_resample_prob,
                                       scales=mutation_scales(agent.config))
             if changes:
                 agent.set_hparams(**{k: hparams[k] for k in changes})
         return agent, None, hparams, changes
 
-    def leading(self, candidates: list[Entry]) -> Entry | None:
+    def leading(self, candidates: list[Entry], unusable: set[int] | frozenset[int] = frozenset()) -> Entry | None:
         """This pod's latest entry when it is among the best ``keep_top`` of the front of
-        ``candidates`` (PBT's truncation selection: such a member neither copies nor perturbs)."""
+        ``candidates`` (PBT's truncation selection: such a member neither copies nor perturbs), or
+        within ``exploit_margin`` standard errors of the best; None when its checkpoint is
+        ``unusable`` in this draw."""
         cfg, last = self.config, self.last
-        if last is None or (cfg.keep_top < 1 and cfg.exploit_margin <= 0):
+        if last is None or last.id in unusable:
             return None
         front = sorted(superseded_removed(candidates), key=lambda e: (-e.score, e.id))
-        if any(e.id == last.id for e in front[:cfg.keep_top]):
+        if last.id in {e.id for e in front[:cfg.keep_top]}:
             return last
-        if cfg.exploit_margin > 0 and front and (last.id in {e.id for e in front} or last.id not in
-                                                 {e.id for e in candidates}):
+        superseded = last.id in {e.id for e in candidates} - {e.id for e in front}  # a descendant beat it
+        if cfg.exploit_margin > 0 and front and not superseded:
             # Welch's standard error of the difference of two means over the eval env's episodes
             n = max(int(getattr(self.eval_env, "num_envs", 1)), 1)
             se = math.sqrt(((front[0].score_std or 0.0) ** 2 + (last.score_std or 0.0) ** 2) / n)

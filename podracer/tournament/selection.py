@@ -97,7 +97,8 @@ def mutate(hparams: dict[str, Any], bounds: dict[str, tuple[float, float]], rng:
            ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """Perturb every hyperparameter in ``bounds``; return ``(new_hparams, changes)`` where
     ``changes`` maps each changed name to ``[old, new]`` (the lineage diff). ``scales`` names the
-    fields not on their default scale (``mutation_scales``)."""
+    fields not on their default scale (``mutation_scales``). ``factors=()``: no perturbation, each
+    hyperparameter is only redrawn with ``resample_prob`` (a fresh population's exploration)."""
     new, changes = dict(hparams), {}
     for name, (low, high) in bounds.items():
         old = hparams[name]
@@ -109,6 +110,8 @@ def mutate(hparams: dict[str, Any], bounds: dict[str, tuple[float, float]], rng:
         resampled = rng.random() < resample_prob
         if resampled:
             value = redraw(low, high, scale, rng)
+        elif not factors:  # redraws only: the others stay exactly as they are
+            continue
         else:
             factor = rng.choice(list(factors))
             value = 1.0 - (1.0 - old) * factor if scale == "one_minus" else old * factor
