@@ -131,7 +131,6 @@ class InteractiveBacktest:
         self.market, self.policies, self.split, self.cache_size = market, dict(policies or {}), split, cache_size
         self._cache: dict[Controls, BacktestResult] = {}
         dates = market.close[split].index
-        turb = market.turbulence["train"]
         # "index" only where the market has a benchmark to show
         names = [n for n in policy_names(self.policies) if n != "index" or market.benchmark.get(split) is not None]
         self.widgets = {
@@ -153,7 +152,7 @@ class InteractiveBacktest:
                                                    description="cash", readout_format=",.0f",
                                                    continuous_update=False),
         }
-        self._turbulence_train = turb
+        self._turbulence_train = market.turbulence["train"]
         self.status = widgets.HTML()
         self.table = widgets.Output()
         self.figure = widgets.Output()
