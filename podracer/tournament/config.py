@@ -81,7 +81,7 @@ class TournamentConfig:
         self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
         if self.pods != "auto" and (isinstance(self.pods, bool) or not isinstance(self.pods, int) or self.pods < 1):
             raise ValueError(f"pods must be an int >= 1 or 'auto', got {self.pods!r}")
-        if self.entries is not None and (not isinstance(self.entries, int) or self.entries < 1):
+        if self.entries is not None and self.entries < 1:  # an int: _check_numbers
             raise ValueError(f"entries must be an int >= 1 or None, got {self.entries!r}")
         if self.pods == "auto" and self.entries is None and self.time_budget is None:
             raise ValueError("pods='auto' follows the machine or cluster, so pods * generations is no budget: give "
