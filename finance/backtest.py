@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finance.data import check_dates, check_number, check_prices
+from finance.data.checks import check_dates, check_number, check_prices
 from finance.trading_calendar import resolve_bars_per_year
 from finance.env import StockTradingVecEnv
 from podracer import as_policy
@@ -268,27 +268,49 @@ def index_baseline(benchmark: pd.Series, dates: pd.Index, initial_cash: float = 
 
 # ---------------------------------------------------------------------------- policies
 class BuyAndHoldPolicy:
-    """Buy target weights of each account's starting cash (equal by default) on the first day
-    of every episode, then hold. A policy for ``env`` (reads its prices, cash and holdings).
+    """Trade each account to target weights (equal by default) on the first bar of its episode,
+    then hold.
 
-    Targets are whole shares, ``floor(w * cash / (price * (1 + cost_pct)))``, as in
-    ``buy_and_hold``; orders above ``max_trade_shares`` are spread over the first days, and after
-    a turbulence liquidation it buys back toward the same targets.
+    Targets are whole shares ``floor(w * budget / (price * (1 + cost_pct)))``, as in
+    ``buy_and_hold``. The budget is the account's cash by default: buy with the starting cash,
+    never sell. With ``rebalance=True`` (``finance.walk_forward.RebalancePolicy``) it is the
+    account's value, and positions above target are sold down: the walk-forward form, which
+    rebalances a carried account at each window's start. From all cash the two are the same.
+    Orders above ``max_trade_shares`` are spread over the first bars; after a turbulence
+    liquidation it buys back toward the same targets.
+
+    A policy sees only what the env shows: it is called ``policy(obs, info)`` with the info of
+    the env's latest ``reset`` or ``step``, and reads the exact account there
+    (``info["account"]``: cash, holdings, prices, first_bar); ``backtest`` and ``walk_forward``
+    pass it. ``env`` gives only the sizes and rules (``num_envs``, ``num_stocks``, ``cost_pct``,
+    ``max_trade_shares``, dtype, device); ``backtest`` and ``walk_forward`` re-make the policy
+    for the env they run (``for_env``), so the training env will do.
     """
 
-    def __init__(self, env: StockTradingVecEnv, weights: Iterable[float] | None = None):
-        self.env = env
+    def __init__(self, env: StockTradingVecEnv, weights: Iterable[float] | None = None, rebalance: bool = False):
         S = env.num_stocks
         w = np.full(S, 1.0 / S) if weights is None else _check_weights(weights, S)
         self.weights = torch.as_tensor(w, dtype=env.dtype, device=env.device)  # (S,)
-        self.target = torch.zeros(env.num_envs, env.num_stocks, dtype=env.dtype, device=env.device)  # (N, S)
+        self.rebalance = bool(rebalance)
+        self.cost_pct, self.max_trade_shares = env.cost_pct, env.max_trade_shares
+        self.target = torch.zeros(env.num_envs, S, dtype=env.dtype, device=env.device)  # (N, S) shares
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        env = self.env
-        start = (env.elapsed == 0)[:, None]  # (N, 1) accounts on their first day
-        fresh = torch.floor(self.weights * env.cash[:, None] / (env.prices * (1.0 + env.cost_pct)))
-        self.target = torch.where(start, fresh, self.target)
-        return ((self.target - env.holdings) / env.max_trade_shares).clamp(0.0, 1.0).float()
+    def for_env(self, env: StockTradingVecEnv) -> "BuyAndHoldPolicy":
+        """The same policy (type, weights, budget) for ``env``, with no targets yet."""
+        return type(self)(env, self.weights.cpu().numpy(), rebalance=self.rebalance)
+
+    def __call__(self, obs: torch.Tensor, info: dict[str, Any] | None = None) -> torch.Tensor:
+        account = None if info is None else info.get("account")
+        if account is None:
+            raise TypeError(f"{type(self).__name__} trades exact share counts, so it needs the env's info as well "
+                            "as the observation: call policy(obs, info) with the info of the env's latest reset or "
+                            "step (backtest and walk_forward do)")
+        cash, holdings, prices = account["cash"], account["holdings"], account["prices"]
+        budget = cash + torch.linalg.vecdot(holdings, prices) if self.rebalance else cash  # (N,)
+        fresh = torch.floor(self.weights * budget[:, None] / (prices * (1.0 + self.cost_pct)))
+        self.target = torch.where(account["first_bar"][:, None], fresh, self.target)
+        low = -1.0 if self.rebalance else 0.0  # buy-and-hold never sells
+        return ((self.target - holdings) / self.max_trade_shares).clamp(low, 1.0).float()
 
 
 # ---------------------------------------------------------------------------- the backtest
@@ -312,16 +334,26 @@ def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
     return a.float() if a.dtype != torch.float32 else a
 
 
-def play_episode(act: Callable[[torch.Tensor], Any], env: StockTradingVecEnv,
-                 options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One episode of a one-account ``env`` from its first bar to its last, as every backtest runs it
-    (``backtest``; ``walk_forward`` per window, from a carried account via ``options``): numpy
-    arrays ``values`` (D,), ``holdings``, ``trades`` (D-1, S), ``costs``, ``turnover`` (D-1,), and
-    the last step's ``info``."""
+def _policy_on(policy: Any, env: StockTradingVecEnv) -> Callable[[torch.Tensor, dict[str, Any]], Any]:
+    """``policy`` as a function of (obs, info) on ``env``: a ``BuyAndHoldPolicy``, re-made for
+    ``env``, reads the info; anything else (an agent's deterministic ``act``, a callable) sees the
+    observation only."""
+    if isinstance(policy, BuyAndHoldPolicy):
+        return policy.for_env(env)
+    act = as_policy(policy)
+    return lambda obs, info: act(obs)
+
+
+def play_episode(policy: Any, env: StockTradingVecEnv, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One episode of ``policy`` (anything ``backtest`` runs) on a one-account ``env`` from its first
+    bar to its last, as every backtest runs it (``backtest``; ``walk_forward`` per window, from a
+    carried account via ``options``): numpy arrays ``values`` (D,), ``holdings``, ``trades``
+    (D-1, S), ``costs``, ``turnover`` (D-1,), and the last step's ``info``."""
+    act = _policy_on(policy, env)
     obs, info = env.reset(options=options)
     values, rows = [info["account_value"]], {k: [] for k in ("holdings", "trades", "costs", "turnover")}
     for _ in range(env.num_days - 1):
-        obs, _, _, truncated, info = env.step(_as_action(act(obs), env))
+        obs, _, _, truncated, info = env.step(_as_action(act(obs, info), env))
         values.append(info["account_value"])
         for key, row in rows.items():
             row.append(info[key])
@@ -341,7 +373,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     Args:
         policy: an agent (its deterministic ``act`` is used), an ensemble, or any callable
             ``obs (1, obs_dim) -> actions (1, S)`` (a tensor, or an array; ``(S,)`` is accepted).
-            A ``BuyAndHoldPolicy`` is re-pointed at the evaluation env (it reads env state).
+            A ``BuyAndHoldPolicy`` is re-made for the evaluation env and reads its info.
         env_or_close: a ``StockTradingVecEnv`` (its data and trading rules are reused in a
             deterministic one-account copy, ``env.evaluation_env()``), or the test period's
             closes (dates x tickers), with ``features``/``turbulence``/``env_kwargs`` for the env.
@@ -363,11 +395,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         if missing:
             raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
                              "closes of the same tickers (market.close['train'])")
-    act: Callable[[torch.Tensor], Any] = as_policy(policy)
-    if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at the copy
-        act = BuyAndHoldPolicy(env, policy.weights.cpu().numpy())
-
-    run = play_episode(act, env)
+    run = play_episode(policy, env)
     dates, tickers = env.dates, env.tickers
     S = env.num_stocks
     h = run["holdings"]  # (D-1, S)

@@ -57,7 +57,8 @@ cash after sells cannot pay for all of them, every buy order of that account is 
 same factor ``cash / cost`` (times ``1 - 64 eps`` so float rounding can never overdraw) and
 rounded down to whole shares; the cash left over by the rounding stays cash (FinRL instead fills
 buys largest-first until the cash runs out). Sells pay ``cost_pct`` of their value too, so
-``costs = cost_pct * traded value`` exactly. Cash and holdings never go negative.
+``costs = cost_pct * traded value`` exactly. Cash and holdings never go negative. The fill is
+``finance.execution.execute_orders``, a pure function tested on its own.
 
 Turbulence switch (FinRL): with ``turbulence_threshold`` set, on a day with
 ``turbulence[t] >= turbulence_threshold`` every account sells all holdings (paying costs) and
@@ -89,7 +90,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finance.data import check_dates, check_int, check_number, check_prices
+from finance.data.checks import check_dates, check_int, check_number, check_prices
+from finance.execution import execute_orders
+from podracer.agents.common import deprecated_alias
 from podracer.envs import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor
@@ -187,6 +190,19 @@ def _turbulence_array(turbulence: ArrayLike, dates: pd.Index, close_is_frame: bo
     return values
 
 
+def _price_scale_array(price_scale: ArrayLike | None, close_np: np.ndarray) -> np.ndarray:
+    """The (S,) reference prices of the log-price observation: ``price_scale``, checked, or the first close."""
+    if price_scale is None:
+        return close_np[0]
+    S = close_np.shape[1]
+    scale_np = _to_numpy(price_scale)
+    if scale_np.shape != (S,) or not (np.isfinite(scale_np).all() and (scale_np > 0).all()):
+        got = scale_np if scale_np.size <= 8 else f"shape {scale_np.shape}"
+        raise ValueError(f"price_scale must be {S} finite prices > 0 (one per stock; default: the first "
+                         f"close), got {got}")
+    return scale_np
+
+
 def _check_flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
@@ -249,23 +265,15 @@ class StockTradingVecEnv(TensorVecEnv):
         if T < 2:
             raise ValueError(f"close has {T} day(s); an episode needs at least 2 (trade on one, mark on the next)")
         self.num_days, self.num_stocks = T, S
-        self._set_rules(initial_cash=initial_cash, max_trade_shares=max_trade_shares, cost_pct=cost_pct,
-                        episode_length=episode_length, random_start=random_start, cash_range=cash_range,
-                        turbulence_threshold=turbulence_threshold, has_turbulence=turbulence is not None,
-                        reward_scale=reward_scale, dtype=dtype)
+        self._set_episode_rules(episode_length, random_start, initial_cash, cash_range)
+        self._set_trading_rules(max_trade_shares, cost_pct, turbulence_threshold, turbulence is not None,
+                                reward_scale, dtype)
         self._set_data(close_np, features, turbulence, price_scale, close_is_frame)
-
-        N, dev = self.num_envs, self.device
-        self._zero_start = torch.zeros(N, dtype=torch.long, device=dev)
-        self._cash0 = torch.full((N,), self.initial_cash, dtype=self.dtype, device=dev)
-        self._max_start = T - 1 - self._max_steps  # start days in [0, _max_start]
-        self._seed(None if seed is None else check_int(seed, "seed"))
+        self._set_starts(seed)
         self.reset()
 
-    def _set_rules(self, *, initial_cash: Any, max_trade_shares: Any, cost_pct: Any, episode_length: Any,
-                   random_start: Any, cash_range: Any, turbulence_threshold: Any, has_turbulence: bool,
-                   reward_scale: Any, dtype: torch.dtype) -> None:
-        """Check the trading rules (sizes, amounts, switches) and store them."""
+    def _set_episode_rules(self, episode_length: Any, random_start: Any, initial_cash: Any, cash_range: Any) -> None:
+        """Check and store how episodes run: their length, start day and starting cash."""
         T = self.num_days
         if episode_length is not None:
             try:
@@ -285,6 +293,13 @@ class StockTradingVecEnv(TensorVecEnv):
             cash_range = (check_number(cash_range[0], "cash_range low"), check_number(cash_range[1], "cash_range high"))
             if not 0 < cash_range[0] <= cash_range[1]:
                 raise ValueError(f"cash_range must be (low, high) with 0 < low <= high, got {cash_range}")
+        self.episode_length, self.random_start = episode_length, random_start
+        self.initial_cash, self.cash_range = initial_cash, cash_range
+        self._max_steps = episode_length if episode_length is not None else T - 1
+
+    def _set_trading_rules(self, max_trade_shares: Any, cost_pct: Any, turbulence_threshold: Any,
+                           has_turbulence: bool, reward_scale: Any, dtype: torch.dtype) -> None:
+        """Check and store the trading rules: sizes, costs, the turbulence switch, reward scale, dtype."""
         cost_pct = check_number(cost_pct, "cost_pct")
         if not 0 <= cost_pct < 1:
             raise ValueError(f"cost_pct must be in [0, 1), got {cost_pct}")
@@ -304,17 +319,13 @@ class StockTradingVecEnv(TensorVecEnv):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
 
-        self.initial_cash, self.max_trade_shares, self.cost_pct = initial_cash, max_trade_shares, cost_pct
-        self.episode_length, self.random_start, self.cash_range = episode_length, random_start, cash_range
+        self.max_trade_shares, self.cost_pct = max_trade_shares, cost_pct
         self.turbulence_threshold, self.reward_scale, self.dtype = turbulence_threshold, reward_scale, dtype
-        self._max_steps = episode_length if episode_length is not None else T - 1
-        # Float rounding in the cash-limited buy scaling must never overdraw: shrink by 64 ulps.
-        self._buy_margin = 1.0 - 64 * torch.finfo(dtype).eps
-        self._tiny = torch.finfo(dtype).tiny
+        self._tiny = torch.finfo(dtype).tiny  # guards the turnover's division
 
     def _set_data(self, close_np: np.ndarray, features: ArrayLike | None, turbulence: ArrayLike | None,
                   price_scale: ArrayLike | None, close_is_frame: bool) -> None:
-        """The per-day tensors, the observation table and names, and the spaces."""
+        """The per-day tensors (closes, features, turbulence), then the observations built on them."""
         T, S, dev = self.num_days, self.num_stocks, self.device
         self.close_prices = torch.as_tensor(close_np, dtype=self.dtype, device=dev)  # (T, S)
         if features is not None:
@@ -326,14 +337,11 @@ class StockTradingVecEnv(TensorVecEnv):
         if turbulence is not None:
             turb_np = _turbulence_array(turbulence, self.dates, close_is_frame)
             self.turbulence = torch.as_tensor(turb_np, dtype=self.dtype, device=dev)
-        if price_scale is None:
-            scale_np = close_np[0]
-        else:
-            scale_np = _to_numpy(price_scale)
-            if scale_np.shape != (S,) or not (np.isfinite(scale_np).all() and (scale_np > 0).all()):
-                got = scale_np if scale_np.size <= 8 else f"shape {scale_np.shape}"
-                raise ValueError(f"price_scale must be {S} finite prices > 0 (one per stock; default: the first "
-                                 f"close), got {got}")
+        self._set_observations(close_np, feat_np, _price_scale_array(price_scale, close_np))
+
+    def _set_observations(self, close_np: np.ndarray, feat_np: np.ndarray, scale_np: np.ndarray) -> None:
+        """``price_scale``, the per-day observation table, ``obs_names`` and the spaces."""
+        T, S, dev = self.num_days, self.num_stocks, self.device
         self.price_scale = torch.as_tensor(scale_np, dtype=torch.float64, device=dev)  # (S,)
         # Every observation is one row gather from this per-day table, whose first 1+S columns
         # (cash, position values) are placeholders the step overwrites: one pass over the obs.
@@ -350,6 +358,14 @@ class StockTradingVecEnv(TensorVecEnv):
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, shape=(S,), dtype=np.float32)
 
     # -- episode starts
+    def _set_starts(self, seed: Any) -> None:
+        """What ``_draw_starts`` draws from, and its generator."""
+        N, dev = self.num_envs, self.device
+        self._zero_start = torch.zeros(N, dtype=torch.long, device=dev)
+        self._cash0 = torch.full((N,), self.initial_cash, dtype=self.dtype, device=dev)
+        self._max_start = self.num_days - 1 - self._max_steps  # start days in [0, _max_start]
+        self._seed(None if seed is None else check_int(seed, "seed"))
+
     def _draw_starts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(start day, starting cash) for every account, each (N,)."""
         start = (torch.randint(0, self._max_start + 1, (self.num_envs,), generator=self.rng, device=self.device)
@@ -373,7 +389,13 @@ class StockTradingVecEnv(TensorVecEnv):
     # -- protocol
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         """Start a new episode in every account. Returns obs (N, obs_dim) and info with
-        ``account_value``, ``cash`` (N,), ``holdings`` (N, S) and ``day`` (N,) row indices.
+        ``account_value``, ``cash`` (N,), ``holdings`` (N, S) and ``day`` (N,) row indices, and
+        ``account``: the accounts the next action trades, exactly (``obs`` shows them in float32,
+        in units of ``initial_cash``): ``cash`` (N,), ``holdings`` (N, S), ``prices`` (N, S)
+        today's close (the execution price) and ``first_bar`` (N,) bool, True where that action
+        is the first of an episode. ``step``'s info has it too, after any autoreset, so a policy
+        that needs exact money (``finance.backtest.BuyAndHoldPolicy``) reads it there, not the
+        env's state.
 
         ``options={"cash": c, "holdings": h}`` (either key) starts from that account instead of
         all cash: ``c`` a number or (N,), ``h`` shares per stock, (S,) or (N, S), all >= 0."""
@@ -384,15 +406,17 @@ class StockTradingVecEnv(TensorVecEnv):
             cash, holdings = self._given_account(options, cash)
         self.day = start.clone()  # (N,) row of the data each account is on
         self.elapsed = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)  # (N,) steps this episode
-        self.price = self.close_prices.index_select(0, self.day)  # (N, S) close of each account's current day
+        self.prices = self.close_prices.index_select(0, self.day)  # (N, S) close of each account's current day
         self.cash = cash.clone()  # (N,)
         self.holdings = holdings  # (N, S)
-        position_value = holdings * self.price
+        position_value = holdings * self.prices
         self.value = cash + position_value.sum(1)  # (N,) account value at the current day's close
         self.total_costs = torch.zeros(self.num_envs, dtype=self.dtype, device=self.device)  # (N,) this episode
         obs = self._observe(self.cash, position_value, self.day)
-        return obs, {"account_value": self.value.clone(), "cash": self.cash.clone(),
-                     "holdings": self.holdings.clone(), "day": self.day.clone()}
+        info = {"account_value": self.value.clone(), "cash": self.cash.clone(), "holdings": self.holdings.clone(),
+                "day": self.day.clone()}
+        info["account"] = self._account(first_bar=torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        return obs, info
 
     def _given_account(self, options: dict, drawn_cash: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cash (N,), holdings (N, S)) from ``reset``'s options, checked; cash defaults to the drawn one."""
@@ -419,72 +443,72 @@ class StockTradingVecEnv(TensorVecEnv):
         ``cash`` (N,) and ``holdings`` (N, S) after trading, marked on the new day;
         ``trades`` (N, S) signed shares executed; ``costs`` and ``traded_value`` (N,) of this
         step; ``turnover`` = traded value / account value before trading; ``total_costs``
-        paid this episode; ``day`` (N,) the new day's row; plus ``final_obs`` / ``_final_obs``.
+        paid this episode; ``day`` (N,) the new day's row; plus ``final_obs`` / ``_final_obs``
+        and ``account``, the accounts the next action trades (after any autoreset; see ``reset``).
         """
         self._check(actions)
-        c = self.cost_pct
-        price = self.price  # (N, S) today's close: the execution price
-        # clamp (not clamp_) first: ``actions`` is the caller's tensor.
-        wanted = actions.clamp(-1.0, 1.0).mul_(self.max_trade_shares).round_().to(self.dtype)  # (N, S) shares
-        if self.turbulence_threshold is not None:
-            risky = (self.turbulence.index_select(0, self.day) >= self.turbulence_threshold)[:, None]  # (N, 1)
-            wanted.masked_fill_(risky, -torch.inf)  # sell everything, buy nothing
-        sell = torch.minimum(wanted.neg(), self.holdings).clamp_(min=0.0)  # no short selling
-        buy = wanted.clamp_(min=0.0)
-
-        sell_value = torch.linalg.vecdot(sell, price)  # (N,)
-        cash = self.cash + sell_value * (1.0 - c)  # sells settle first and fund the buys
-        buy_cost = torch.linalg.vecdot(buy, price) * (1.0 + c)
-        # Cash-limited buys: scale every order by cash / cost, round down to whole shares
-        # (exact no-op where fill = 1: the orders are whole already).
-        fill = torch.where(buy_cost > cash, cash / buy_cost.clamp(min=self._tiny) * self._buy_margin, 1.0)  # (N,)
-        buy = buy.mul_(fill[:, None]).floor_()
-        buy_value = torch.linalg.vecdot(buy, price)
-        cash = cash - buy_value * (1.0 + c)
-        trades = buy.sub_(sell)  # (N, S) signed shares
-        holdings = self.holdings + trades
-        traded_value = sell_value + buy_value
-        costs = traded_value * c
-
+        # Orders execute at today's close; only the mark below reads day t+1's data.
+        ex = execute_orders(self.cash, self.holdings, self.prices, self._orders(actions), self.cost_pct)
         day = self.day + 1
-        next_price = self.close_prices.index_select(0, day)  # (N, S) the mark: the only use of day t+1's data
-        position_value = holdings * next_price
-        value = cash + position_value.sum(1)
+        next_prices = self.close_prices.index_select(0, day)  # (N, S) the mark
+        position_value = ex.holdings * next_prices
+        value = ex.cash + position_value.sum(1)
         rewards = ((value - self.value) * (self.reward_scale / self.initial_cash)).float()
         elapsed = self.elapsed + 1
         # Starts are drawn in [0, T-1-_max_steps], so this also ends every episode by the last day.
         truncated = elapsed >= self._max_steps
         terminated = torch.zeros_like(truncated)
-        final_obs = self._observe(cash, position_value, day)
-        info = {"account_value": value, "cash": cash, "holdings": holdings, "trades": trades, "costs": costs,
-                "traded_value": traded_value, "turnover": traded_value / self.value.clamp(min=self._tiny),
-                "total_costs": self.total_costs + costs, "day": day}
+        final_obs = self._observe(ex.cash, position_value, day)
+        info = {"account_value": value, "cash": ex.cash, "holdings": ex.holdings, "trades": ex.trades,
+                "costs": ex.costs, "traded_value": ex.traded_value,
+                "turnover": ex.traded_value / self.value.clamp(min=self._tiny),
+                "total_costs": self.total_costs + ex.costs, "day": day}
 
-        self.day, self.elapsed, self.cash, self.holdings, self.price = day, elapsed, cash, holdings, next_price
+        self.day, self.elapsed, self.cash, self.holdings, self.prices = day, elapsed, ex.cash, ex.holdings, next_prices
         self.value, self.total_costs = value, info["total_costs"]
-        obs = final_obs
-        # Same-step autoreset. One host sync (the action check has one anyway) lets the common
-        # step, where no episode ends, skip this work; where one does, the fresh starts of all
-        # accounts are kept only where an episode ended.
-        done = truncated
-        if bool(done.any()):
-            start, cash0 = self._draw_starts()
-            self.day = torch.where(done, start, day)
-            self.price = self.close_prices.index_select(0, self.day)
-            self.elapsed = elapsed.masked_fill(done, 0)
-            self.cash = torch.where(done, cash0, cash)
-            self.holdings = holdings.masked_fill(done[:, None], 0.0)
-            self.value = torch.where(done, cash0, value)
-            self.total_costs = self.total_costs.masked_fill(done, 0.0)
-            obs = torch.where(done[:, None], self._observe(self.cash, self.holdings, self.day), final_obs)
-        info["final_obs"], info["_final_obs"] = final_obs, done
+        obs = self._autoreset(truncated, final_obs)
+        info["final_obs"], info["_final_obs"] = final_obs, truncated
+        info["account"] = self._account(first_bar=truncated)
         return obs, rewards, terminated, truncated, info
 
+    def _orders(self, actions: torch.Tensor) -> torch.Tensor:
+        """(N, S) signed whole shares the actions ask for, ``round(clip(a, -1, 1) * max_trade_shares)``
+        in ``dtype``; on a turbulent day (switch on), ``-inf``: sell everything, buy nothing."""
+        # clamp (not clamp_) first: ``actions`` is the caller's tensor.
+        orders = actions.clamp(-1.0, 1.0).mul_(self.max_trade_shares).round_().to(self.dtype)
+        if self.turbulence_threshold is not None:
+            risky = (self.turbulence.index_select(0, self.day) >= self.turbulence_threshold)[:, None]  # (N, 1)
+            orders.masked_fill_(risky, -torch.inf)
+        return orders
+
+    def _autoreset(self, done: torch.Tensor, final_obs: torch.Tensor) -> torch.Tensor:
+        """Same-step autoreset: start a fresh episode in the accounts where ``done``; returns the
+        observation of every account (``final_obs`` where no episode ended).
+
+        One host sync (the action check has one anyway) lets the common step, where no episode
+        ends, skip this work; where one does, the fresh starts drawn for all accounts are kept
+        only where an episode ended."""
+        if not bool(done.any()):
+            return final_obs
+        start, cash0 = self._draw_starts()
+        self.day = torch.where(done, start, self.day)
+        self.prices = self.close_prices.index_select(0, self.day)
+        self.elapsed = self.elapsed.masked_fill(done, 0)
+        self.cash = torch.where(done, cash0, self.cash)
+        self.holdings = self.holdings.masked_fill(done[:, None], 0.0)
+        self.value = torch.where(done, cash0, self.value)
+        self.total_costs = self.total_costs.masked_fill(done, 0.0)
+        # Holdings are 0 where done, and so is their value: the rows kept from this observation.
+        return torch.where(done[:, None], self._observe(self.cash, self.holdings, self.day), final_obs)
+
+    def _account(self, first_bar: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``info["account"]``: the accounts as the next action finds them (what ``obs`` shows, exact)."""
+        return {"cash": self.cash, "holdings": self.holdings, "prices": self.prices, "first_bar": first_bar}
+
     # -- helpers for policies, backtests and notebooks
-    @property
-    def prices(self) -> torch.Tensor:
-        """(N, S) today's close for every account (the execution price of the next step)."""
-        return self.price
+    # ``prices`` (N, S) is today's close of every account: the execution price of the next step.
+    # ``price`` was a second name for the same tensor; it still works, with a FutureWarning.
+    price = deprecated_alias("prices")
 
     def evaluation_env(self, num_envs: int = 1) -> "StockTradingVecEnv":
         """A deterministic copy on the same data: every episode starts on the first day with

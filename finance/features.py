@@ -44,7 +44,7 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from finance.data import check_dates, check_int, check_prices
+from finance.data.checks import check_dates, check_int, check_prices
 
 DEFAULT_INDICATORS: tuple[str, ...] = ("macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma",
                                        "close_60_sma")

@@ -36,7 +36,7 @@ day's trades; no trade on the last bar), so ``.metrics()``, ``.plot()`` and ``co
 
 Policies. ``fit(train)`` (``fit(train, previous)`` with ``warm_start=True``, ``previous`` the last
 window's policy, a copy, or None on window 0) returns anything ``backtest`` runs: an agent, an
-ensemble, a callable ``obs -> actions``, or a ``BuyAndHoldPolicy`` (re-pointed at each test env,
+ensemble, a callable ``obs -> actions``, or a ``BuyAndHoldPolicy`` (re-made for each test env,
 like ``backtest`` does). ``RebalancePolicy`` below trades to fixed weights at the start of each
 test window: the walk-forward form of a fitted portfolio (e.g. ``min_variance_weights`` of the
 training closes).
@@ -55,11 +55,10 @@ import pandas as pd
 import torch
 
 from finance.backtest import BacktestResult, BuyAndHoldPolicy, buy_and_hold, index_baseline, play_episode
-from finance.data import check_int
+from finance.data.checks import check_int
 from finance.env import StockTradingVecEnv
 from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, turbulence, warmup_days
 from finance.market import MarketData, relative_features
-from podracer import as_policy
 
 Length = int | str | pd.DateOffset
 _UNITS = {"D": "days", "W": "weeks", "M": "months", "Y": "years"}
@@ -99,23 +98,19 @@ class WalkForwardResult(BacktestResult):
 
 # ---------------------------------------------------------------------------- policies
 class RebalancePolicy(BuyAndHoldPolicy):
-    """Trade to target weights of the account value on the first bar of every episode, then hold.
+    """``BuyAndHoldPolicy`` with ``rebalance=True``: trade to target weights of the account value
+    on the first bar of every episode, then hold.
 
     Whole shares ``floor(w * value / (price * (1 + cost_pct)))``; orders above
     ``max_trade_shares`` are spread over the first bars; if the sells' costs leave too little
-    cash for every buy, the env scales the buys down. From all cash it is ``BuyAndHoldPolicy``
-    (and ``backtest`` runs it as one); in a walk-forward it rebalances the carried account at
-    each boundary. ``env`` is any env on the same tickers (the training env will do): the
-    walk-forward re-points it at each test env.
+    cash for every buy, the env scales the buys down. From all cash it trades as
+    ``BuyAndHoldPolicy``; in a walk-forward it rebalances the carried account at each boundary.
+    Like it, it is called ``policy(obs, info)`` and reads only the env's ``info["account"]``;
+    ``env`` is any env on the same tickers (the training env will do).
     """
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        env = self.env
-        start = (env.elapsed == 0)[:, None]  # (N, 1) accounts on their first bar
-        value = env.cash + torch.linalg.vecdot(env.holdings, env.prices)  # (N,)
-        fresh = torch.floor(self.weights * value[:, None] / (env.prices * (1.0 + env.cost_pct)))
-        self.target = torch.where(start, fresh, self.target)
-        return ((self.target - env.holdings) / env.max_trade_shares).clamp(-1.0, 1.0).float()
+    def __init__(self, env: StockTradingVecEnv, weights: Any = None, rebalance: bool = True):
+        super().__init__(env, weights, rebalance)
 
 
 # ---------------------------------------------------------------------------- windows
@@ -215,11 +210,7 @@ def _run_window(policy: Any, env: StockTradingVecEnv, cash: torch.Tensor | None,
                 holdings: torch.Tensor | None) -> dict[str, Any]:
     """One test window from the given account (all cash when None), as ``backtest`` runs one:
     values (D,), holdings / trades (D-1, S), costs (D-1,), the first bar's turnover, the end state."""
-    if isinstance(policy, BuyAndHoldPolicy):  # it reads its env's state: point it at this one
-        act = type(policy)(env, policy.weights.cpu().numpy())
-    else:
-        act = as_policy(policy)
-    run = play_episode(act, env, None if cash is None else {"cash": cash, "holdings": holdings})
+    run = play_episode(policy, env, None if cash is None else {"cash": cash, "holdings": holdings})
     info = run.pop("info")
     return dict(run, boundary_turnover=float(run["turnover"][0]), cash=info["cash"], end_holdings=info["holdings"])
 

@@ -156,7 +156,7 @@ def test_stitched_curve_is_the_policies_run_back_to_back_with_the_account_carrie
         obs, info = env.reset(options={"cash": cash, "holdings": shares})
         values.append(info["account_value"].item())
         for _ in range(env.num_days - 1):
-            obs, _, _, _, info = env.step(policy(obs))
+            obs, _, _, _, info = env.step(policy(obs, info))  # it reads the exact account in info
             values.append(info["account_value"].item())
         cash, shares = info["cash"].item(), info["holdings"][0].numpy()
         if k < len(r.windows) - 1:
