@@ -6,7 +6,7 @@ validation score; that agent is then scored on data no arm selected on:
 
 - ``default``: one pod with PPO's plain config defaults (``make_agent(..., preset=None)``), on as
   many sub-envs as the preset uses; it evaluates every ``generation_steps`` and keeps the best;
-- ``preset``: one pod with the tuned preset (``PRESETS["pendulum"]``, ``"stock_trading"``), the
+- ``preset``: one pod with the tuned preset (``podracer.get_preset("ppo", "pendulum")``, ``"stock_trading"``), the
   same way: what hand tuning buys;
 - ``tournament``: ``pods`` pods from the plain defaults (``TournamentConfig`` defaults too): the
   first fresh agent keeps them, the others redraw some (``init_resample_prob``); population based

@@ -2,7 +2,8 @@
 
 Data flows ``load_prices -> add_features / turbulence -> split_by_date -> StockTradingVecEnv ->
 train -> backtest``. See notebooks 05, 06 and 10. Importing ``finance`` registers the
-``stock_trading`` agent presets with podracer (``finance.presets``).
+``stock_trading`` env, its agent presets (``finance/presets.yaml``) and the demo's env factories
+with podracer (``finance.presets``).
 """
 
 # Data: clean price panels (dates x (field, ticker)) from Yahoo, the bundled samples or a file.
@@ -18,7 +19,7 @@ from finance.market import MarketData, prepare_market, relative_features
 
 # Env: the batched stock-trading task (task "stock_trading", with presets).
 from finance.env import StockTradingVecEnv
-from finance.presets import register_presets
+from finance import presets as _presets
 
 # Backtest: a policy through a test period beside baselines, and the metrics table.
 from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare,
@@ -37,7 +38,7 @@ from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_
 # (ipywidgets is imported only when the panel is built.)
 from finance.interactive import Controls, interactive_backtest, run_backtest
 
-register_presets()
+_presets.register()  # presets, the stock_trading env and trusted factories, with podracer
 
 __all__ = [
     # data

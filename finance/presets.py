@@ -1,35 +1,38 @@
-"""Agent presets for the stock-trading env, registered with podracer when ``finance`` is imported.
+"""Finance plugs into podracer here: its agent presets (``finance/presets.yaml``), its env under a
+name, and the env factories a stored tournament may name. ``finance/__init__.py`` calls
+``register()`` on import, and podracer imports ``finance`` by itself when a lookup needs it (the
+``podracer.domains`` entry point in ``pyproject.toml``). After that::
 
-Podracer keeps its own presets next to each agent (``podracer.presets()`` lists them); a package
-that brings a task brings its presets and registers them. After ``import finance``::
-
-    podracer.get_preset("ppo", "stock_trading")  # Preset(num_envs=64, total_steps=393216, config={...})
-    agent = podracer.make_agent("ppo", env)      # env.task == "stock_trading": picks it and says so
-
-They are the settings ``finance.demo`` trains with, for its training env:
-``market.env("train", num_envs, random_start=True, episode_length=252, dtype=torch.float32)``
-on the bundled 20-stock sample (one-year episodes from random days of 2005-2016, scaled
-features, 0.1% costs).
+    podracer.get_preset("ppo", "stock_trading")  # Preset(num_envs=64, total_steps=393216, config={...}, ...)
+    podracer.make_env("stock_trading", 64)       # training accounts on the bundled sample
+    agent = podracer.make_agent("ppo", env)      # env.task == "stock_trading": picks the preset and says so
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import podracer
+from podracer.tournament import register_factory
 
-# PPO for daily trading: short rollouts (32 days) over many accounts, and a cautious initial
-# policy (log σ = -0.5: the first, random trades are smaller). total_steps: the demo's full-size
-# single-pod budget (6 x 65,536 env steps).
-STOCK_TRADING_PPO = podracer.Preset(
-    num_envs=64, total_steps=393_216,
-    config=dict(num_steps=32, num_minibatches=4, update_epochs=5, learning_rate=3e-4, gamma=0.99,
-                log_std_init=-0.5, hidden_sizes=(64, 64)),
-)
-
-# (agent, task) -> preset; StockTradingVecEnv.task is "stock_trading".
-PRESETS: dict[tuple[str, str], podracer.Preset] = {("ppo", "stock_trading"): STOCK_TRADING_PPO}
+PRESETS_FILE = Path(__file__).with_name("presets.yaml")
 
 
-def register_presets() -> None:
-    """Register ``PRESETS`` with podracer (``finance/__init__.py`` calls this on import)."""
-    for (agent, task), preset in PRESETS.items():
-        podracer.register_preset(agent, task, preset)
+def stock_trading_env(num_envs: int = 1, device: Any = "cpu", split: str = "train", **env_kwargs: Any) -> Any:
+    """The stock-trading env on the bundled 20-stock sample (``finance.prepare_market()``): one-year
+    episodes from random days of the training years for ``split="train"`` (the demo's training
+    accounts), one deterministic account over the whole split for ``"valid"`` and ``"test"``."""
+    from finance.market import prepare_market
+
+    if split == "train":
+        env_kwargs = {"random_start": True, "episode_length": 252, **env_kwargs}
+    return prepare_market().env(split, num_envs, device=device, **env_kwargs)
+
+
+def register() -> None:
+    """Register the presets, the ``stock_trading`` env and the trusted factories with podracer."""
+    podracer.register_presets(PRESETS_FILE)
+    podracer.register_env("stock_trading", stock_trading_env)
+    for factory in ("finance.env:StockTradingVecEnv", "finance.demo:train_env", "finance.demo:eval_env"):
+        register_factory(factory)

@@ -16,7 +16,7 @@ their conversion to the protocol is tested here, against fakes.
 """
 
 from locomotion.envpool_backend import EnvpoolVecEnv, envpool_available
-from locomotion.gymnasium_backend import GymnasiumVecEnv, make_gymnasium_env
+from locomotion.gymnasium_backend import GymnasiumVecEnv, gymnasium_env, make_gymnasium_env
 from locomotion.isaacgym_backend import IsaacGymVecEnv, isaacgym_available
 from locomotion.isaaclab_backend import IsaacLabVecEnv, isaaclab_available
 from locomotion.make import BACKENDS, choose_backend, make_env
@@ -30,5 +30,26 @@ __all__ = [
     "BACKENDS", "EnvpoolVecEnv", "GymnasiumVecEnv", "INSTALL_HINT", "IsaacGymVecEnv", "IsaacLabVecEnv",
     "NormalizeObservation", "TASKS", "Task", "choose_backend", "envpool_available", "get_task", "gl_backend",
     "is_task", "render_rollout", "save_gif", "show_frames",
-    "isaacgym_available", "isaaclab_available", "make_env", "make_gymnasium_env", "WarpVecEnv", "warp_available",
+    "isaacgym_available", "isaaclab_available", "make_env", "gymnasium_env", "make_gymnasium_env", "WarpVecEnv", "warp_available",
 ]
+
+
+def _register() -> None:
+    """Plug into podracer: ``podracer.make_env("HalfCheetah")`` for every task, the agent presets of
+    ``locomotion/presets.yaml``, and ``make_env`` as an env factory a stored tournament may name.
+    Runs on import; podracer imports this package by itself when a lookup needs it (the
+    ``podracer.domains`` entry point in ``pyproject.toml``)."""
+    import functools
+    from pathlib import Path
+
+    import podracer
+    from podracer.tournament import register_factory
+
+    for task in TASKS.values():
+        podracer.register_env(task.name, functools.partial(make_env, task.name))
+    podracer.register_presets(Path(__file__).with_name("presets.yaml"))
+    register_factory(make_env)
+    register_factory("locomotion:make_env")  # the name a store written by hand may use
+
+
+_register()

@@ -8,6 +8,7 @@ subprocesses instead).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +17,7 @@ import torch
 from locomotion.optional import import_optional
 from locomotion.tasks import Task
 from podracer.envs import GymVecEnvAdapter
+from podracer.envs.gym_adapter import same_step_vector_env
 
 
 class GymnasiumVecEnv(GymVecEnvAdapter):
@@ -41,17 +43,23 @@ class GymnasiumVecEnv(GymVecEnvAdapter):
         return super().reset(seed=seed, options=options)
 
 
-def make_gymnasium_env(task: Task, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
-                       max_episode_steps: int | None = None, vectorization_mode: str = "sync",
-                       **task_kwargs: Any) -> GymnasiumVecEnv:
-    """``task`` as gymnasium's v5 env in a same-step-autoreset vector env, in the tensor protocol.
-    ``task_kwargs`` are the v5 env's options (``reset_noise_scale=0.0``, ...)."""
+def gymnasium_env(task: Task, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                  max_episode_steps: int | None = None, vectorization_mode: str = "sync",
+                  **task_kwargs: Any) -> GymnasiumVecEnv:
+    """``task`` as gymnasium's v5 env in a same-step-autoreset vector env, in the tensor protocol
+    (the core's ``same_step_vector_env``, as ``podracer.make_gym_env`` builds it, plus the task's
+    name, seed and time limit). ``task_kwargs`` are the v5 env's options (``reset_noise_scale=0.0``, ...)."""
     import_optional("mujoco", "gymnasium")
     steps = int(max_episode_steps or task.max_episode_steps)
-    vec = gym.make_vec(task.gym_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
-                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-                       max_episode_steps=steps, **task_kwargs)
+    vec = same_step_vector_env(task.gym_id, num_envs, vectorization_mode, max_episode_steps=steps, **task_kwargs)
     return GymnasiumVecEnv(vec, task, device=device, seed=seed, max_episode_steps=steps)
 
 
-__all__ = ["GymnasiumVecEnv", "make_gymnasium_env"]
+def make_gymnasium_env(*args: Any, **kwargs: Any) -> GymnasiumVecEnv:
+    """The 1.0 name of ``gymnasium_env`` (deprecated: it read like a second ``podracer.make_gym_env``)."""
+    warnings.warn("locomotion.make_gymnasium_env is renamed locomotion.gymnasium_env (or use locomotion.make_env(task, "
+                  "n, backend='gymnasium')); the old name will be removed in podracer 1.3", FutureWarning, stacklevel=2)
+    return gymnasium_env(*args, **kwargs)
+
+
+__all__ = ["GymnasiumVecEnv", "gymnasium_env", "make_gymnasium_env"]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from locomotion.envpool_backend import EnvpoolVecEnv, envpool_available
-from locomotion.gymnasium_backend import make_gymnasium_env
+from locomotion.gymnasium_backend import gymnasium_env
 from locomotion.isaacgym_backend import isaacgym_available, isaacgym_definitions, make_isaacgym_env
 from locomotion.isaaclab_backend import isaaclab_available, isaaclab_definitions, make_isaaclab_env
 from locomotion.normalize import NormalizeObservation
@@ -98,7 +98,7 @@ def make_env(task: str, num_envs: int, device: str | torch.device = "auto", back
         env = make_isaacgym_env(spec, int(num_envs), device=device, seed=seed, max_episode_steps=max_episode_steps,
                                 **task_kwargs)
     else:
-        env = make_gymnasium_env(spec, int(num_envs), device=device, seed=seed, max_episode_steps=max_episode_steps,
+        env = gymnasium_env(spec, int(num_envs), device=device, seed=seed, max_episode_steps=max_episode_steps,
                                  **task_kwargs)
     if backend == "auto" and verbose:
         _announce(spec, chosen, env.device)

@@ -4,28 +4,31 @@ The stable API (1.x; see the README's API section): everything listed in ``__all
 Renames keep the old name working, with a FutureWarning, for one minor version.
 """
 
-# Envs: the batched-tensor protocol, the envs we ship, any gymnasium env through the adapter.
-from podracer.envs import check_env, make_env, make_gym_env
+# Envs: the batched-tensor protocol, the envs we ship and the ones domains register, any gymnasium
+# env through the adapter.
+from podracer.envs import check_env, make_env, make_gym_env, register_env, registered_envs
 
-# Agents: one name per algorithm, presets per task, save/load.
-from podracer.agents import AGENTS, AgentBase, load_agent, make_agent, resolve_agent
-from podracer.presets import Preset, get_preset, presets, register_preset
+# Agents: one name per algorithm, presets per task (data files), save/load.
+from podracer.agents import (AGENTS, AgentBase, Preset, get_preset, load_agent, make_agent, presets, register_preset,
+                             register_presets, resolve_agent)
 
-# One pod: train, evaluate, seed; any agent or callable obs -> actions is a policy.
-from podracer.evaluate import as_policy, evaluate
+# One pod: train, evaluate, seed, steps and seconds to a target; any agent or callable obs -> actions is a policy.
+from podracer.evaluate import RandomPolicy, as_policy, evaluate
 from podracer.train import iterate_training, seed_everything, train
+from podracer.to_target import TargetSummary, ToTarget, seeds_to_target, train_to_target
 
 # Many pods: the tournament and its leaderboard; checkpoints that are never half-written.
 from podracer.checkpoints import CheckpointError
 from podracer.tournament import Ensemble, Leaderboard, Tournament, TournamentConfig
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 __all__ = [
-    "check_env", "make_env", "make_gym_env",
-    "AGENTS", "AgentBase", "load_agent", "make_agent", "resolve_agent",
-    "Preset", "get_preset", "presets", "register_preset",
-    "as_policy", "evaluate", "iterate_training", "seed_everything", "train",
+    "check_env", "make_env", "make_gym_env", "register_env", "registered_envs",
+    "AGENTS", "AgentBase", "Preset", "get_preset", "load_agent", "make_agent", "presets", "register_preset",
+    "register_presets", "resolve_agent",
+    "RandomPolicy", "as_policy", "evaluate", "iterate_training", "seed_everything", "train",
+    "TargetSummary", "ToTarget", "seeds_to_target", "train_to_target",
     "CheckpointError", "Ensemble", "Leaderboard", "Tournament", "TournamentConfig",
 ]
 

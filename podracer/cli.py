@@ -9,8 +9,9 @@ this machine or a Ray cluster (the same command with ``--backend ray``)::
     podracer tournament ppo pendulum --pods 4 --generations 5 --store runs/t_pendulum
     podracer tournament ppo pendulum --pods 16 --generations 5 --backend ray --address auto
 
-``ENV`` is a tensor env ("pendulum", "cartpole") or any registered gymnasium id (through the
-adapter). When the agent has a tuned preset for ``ENV`` (``podracer.presets()``), its config,
+``ENV`` is a registered env name (``podracer.registered_envs()``: the tensor envs "pendulum" and
+"cartpole", and what installed domains register, such as "HalfCheetah") or any registered
+gymnasium id (through the adapter). When the agent has a tuned preset for ``ENV`` (``podracer.presets()``), its config,
 sub-env count and training length are the defaults; ``--num-envs``, ``--steps`` and ``--set``
 override them (a preset's learning-rate annealing follows ``--steps``, as ``train`` does from
 Python). ``AGENT`` is a registry name or ``package.module:Class``. Torch runs on one CPU thread
@@ -26,6 +27,9 @@ from typing import Any, Sequence
 
 import yaml
 
+
+ENV_HELP = ('a registered env ("pendulum", "cartpole", and what installed domains register, such as '
+            '"HalfCheetah"; podracer.registered_envs() lists them) or a gymnasium id')
 
 def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """``["key=value", ...]`` -> dict, values parsed as YAML (``1e-3``, ``true``, ``[64, 64]``)."""
@@ -48,7 +52,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     import podracer
     from podracer.agents.registry import resolve_agent
-    from podracer.presets import find_preset
+    from podracer.agents.registry import find_preset
 
     try:
         agent_cls = resolve_agent(args.agent)
@@ -115,7 +119,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
 
     import podracer
     from podracer.agents.registry import resolve_agent
-    from podracer.presets import find_preset
+    from podracer.agents.registry import find_preset
 
     try:
         agent_cls = resolve_agent(args.agent)
@@ -165,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one pod",
                        description="Train AGENT on ENV; log and checkpoint to --log-dir.")
     t.add_argument("agent", help="agent name, e.g. ppo")
-    t.add_argument("env", help='tensor env ("pendulum", "cartpole") or a gymnasium id')
+    t.add_argument("env", help=ENV_HELP)
     t.add_argument("--steps", type=int, default=None, help="env steps summed over sub-envs (default: preset or 100000)")
     t.add_argument("--num-envs", type=int, default=None, help="sub-envs stepped together (default: preset or 16)")
     t.add_argument("--seed", type=int, default=0)
@@ -183,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a checkpoint", description="Deterministic evaluation of a saved agent.")
     e.add_argument("checkpoint", help="a .pt file written by agent.save / podracer train")
-    e.add_argument("env", help='tensor env ("pendulum", "cartpole") or a gymnasium id')
+    e.add_argument("env", help=ENV_HELP)
     e.add_argument("--episodes", type=int, default=16, help="episodes (one per sub-env)")
     e.add_argument("--seed", type=int, default=10_000)
     e.add_argument("--device", default="cpu")
@@ -194,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Population based training of AGENT on ENV: pods train, evaluate and submit to "
                                    "the leaderboard in --store; run again with the same store to resume.")
     r.add_argument("agent", help="agent name, e.g. ppo")
-    r.add_argument("env", help='tensor env ("pendulum", "cartpole"), a MuJoCo task or a gymnasium id')
+    r.add_argument("env", help=ENV_HELP)
     r.add_argument("--pods", default="4", help='pods training at once, or "auto": as many as the machine or '
                                                'cluster holds, following it as nodes join and leave (default 4)')
     r.add_argument("--generations", type=int, default=5, help="generations per pod: the budget is pods * this")

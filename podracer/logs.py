@@ -1,5 +1,5 @@
 """Podracer's one-line announcements (which preset ``make_agent`` picked, which backend a
-locomotion env runs on) on the ``"podracer"`` logger.
+domain env runs on) on the ``"podracer"`` logger.
 
 They are shown by default, because a user in a notebook or a script should see what was chosen for
 them; an application that configures logging itself (a handler on the root or the "podracer"

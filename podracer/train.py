@@ -40,7 +40,9 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
     stream, so two calls see different episodes), then ``agent.begin_training(total_steps)`` lets
     the agent start its per-run state (PPO: reward-scaling return, learning-rate annealing).
 
-    Keys: ``global_step`` (env steps so far in this run, summed over sub-envs), ``time/wall_s``,
+    Keys: ``global_step`` (the agent's ``global_step`` after this call: env steps it has trained on
+    over its life, summed over sub-envs, so a second run continues the count, as in TensorBoard; an
+    agent without that attribute counts from 0 each run), ``time/wall_s``,
     ``time/train_s`` (excluding evaluation), ``charts/steps_per_second``, the agent's own
     ``loss/...`` keys, ``charts/episodic_return`` when episodes finished, and ``eval/...`` keys
     every ``eval_every`` steps and at the end (deterministic policy, ``eval_env.reset(eval_seed)``).
@@ -52,13 +54,14 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
     obs, _ = env.reset(seed=seed)
     if hasattr(agent, "begin_training"):
         agent.begin_training(total_steps)
-    steps, next_eval = 0, eval_every
+    first = int(getattr(agent, "global_step", 0))  # steps the agent had trained on before this run
+    steps, next_eval = 0, eval_every  # steps: env steps in this run
     start = time.perf_counter()
     eval_time = 0.0
     while steps < total_steps:
         obs, metrics = agent.train_step(env, obs)
         steps += int(metrics["env_steps"])
-        row: dict[str, float] = {"global_step": float(steps), **{k: float(v) for k, v in metrics.items()}}
+        row: dict[str, float] = {"global_step": float(first + steps), **{k: float(v) for k, v in metrics.items()}}
         returns, lengths = env.pop_finished()
         if len(returns):
             row["charts/episodic_return"] = returns.mean().item()
@@ -148,13 +151,14 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
 
         writer = SummaryWriter(str(log_dir / "tensorboard"))
     rows: list[dict[str, float]] = []
-    next_ckpt = checkpoint_every or math.inf
+    first = int(getattr(agent, "global_step", 0))  # the history's global_step continues from here
+    next_ckpt = first + checkpoint_every if checkpoint_every else math.inf
     bar = tqdm(total=total_steps, disable=not progress, unit="step", dynamic_ncols=True)
     try:
         for row in iterate_training(agent, env, total_steps, eval_env, eval_every, seed):
             rows.append(row)
             step = int(row["global_step"])
-            bar.update(step - bar.n)
+            bar.update(step - first - bar.n)
             if "eval/return_mean" in row:
                 bar.set_postfix(eval_return=f"{row['eval/return_mean']:.1f}")
             if writer is not None:

@@ -1,7 +1,7 @@
 """Off-policy agents (SAC, TD3, DDPG, DQN, Double DQN, D3QN): learning, timeouts, save/load, errors.
 
-The learning tests train through the unchanged ``podracer.train`` with each file's ``PRESETS``
-and assert a deterministic evaluation on a fresh seed. PODRACER_SIZE=full also runs them on
+The learning tests train through the unchanged ``podracer.train`` with each agent's preset
+(``podracer/presets/*.yaml``) and assert a deterministic evaluation on a fresh seed. PODRACER_SIZE=full also runs them on
 more seeds.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import podracer
-from podracer import evaluate, make_agent, resolve_agent, train
+from podracer import evaluate, make_agent, train
 from podracer.agents import AgentBase
 from podracer.agents.replay import Batch
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
@@ -60,7 +60,7 @@ ENVS = {"pendulum": PendulumVecEnv, "cartpole": CartPoleVecEnv}
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name,task,stop_at,threshold", LEARNING, ids=[x[0] for x in LEARNING])
 def test_learns(name, task, stop_at, threshold, seed):
-    preset = resolve_agent(name).presets[task]
+    preset = podracer.get_preset(name, task)
     env_cls = ENVS[task]
     podracer.seed_everything(seed)
     env, eval_env = env_cls(num_envs=preset.num_envs), env_cls(num_envs=10)
@@ -128,15 +128,6 @@ def critic_mse(agent: Any, batch: Batch, targets: torch.Tensor) -> float:
         return (q - targets).pow(2).mean(dim=-1).sum().item()
 
 
-def run_update(agent: Any, batch: Batch) -> dict[str, torch.Tensor]:
-    mod, cfg = module_of(agent.name), agent.config
-    if agent.name == "sac":
-        return mod.update(agent.model, agent.optimizer, batch, cfg, agent.target_entropy, agent.generator)
-    if agent.name == "td3":
-        return mod.update(agent.model, agent.optimizer, batch, cfg, True, agent.generator)
-    if agent.name == "ddpg":
-        return mod.update(agent.model, agent.optimizer, batch, cfg)
-    return mod.update(agent.model, agent.optimizer, batch, cfg, False)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -166,7 +157,7 @@ def test_truncation_bootstraps_and_termination_does_not(name):
 
     # The update itself regresses onto exactly these targets (its loss is measured before the step).
     want = critic_mse(agent, batch, expected)
-    info = run_update(agent, batch)
+    info = agent.update(batch)  # with agent.updates == 0: TD3's actor steps too
     got = info["loss/critic"].item()
     assert got == pytest.approx(want, rel=1e-5)
 
@@ -350,13 +341,8 @@ def test_loaded_agent_refills_its_buffer_before_updating(name, tmp_path, monkeyp
     assert len(loaded.buffer) == 0 and loaded.global_step == 96 and loaded.updates == agent.updates
 
     warmup_flags: list[bool] = []
-    if name in DISCRETE:
-        explore = loaded._explore
-        monkeypatch.setattr(loaded, "_explore", lambda o, w: (warmup_flags.append(w), explore(o, w))[1])
-    else:
-        mod = module_of(name)
-        explore = mod.explore_box
-        monkeypatch.setattr(mod, "explore_box", lambda a, o, w: (warmup_flags.append(w), explore(a, o, w))[1])
+    explore = loaded.explore
+    monkeypatch.setattr(loaded, "explore", lambda o, w: (warmup_flags.append(w), explore(o, w))[1])
 
     obs, metrics = loaded.train_step(env, obs)
     assert metrics["charts/updates"] == 0 and len(loaded.buffer) == 32

@@ -13,7 +13,7 @@ import torch
 
 import podracer
 from podracer.agents import ppo as ppo_module
-from podracer.agents.ppo import PPO, PRESETS, PPOConfig, compute_gae, discounted_returns, policy_loss, value_loss
+from podracer.agents.ppo import PPO, PPOConfig, compute_gae, discounted_returns, policy_loss, value_loss
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 
 from conftest import SIZE
@@ -23,7 +23,7 @@ FULL = SIZE == "full"
 
 def _train(env_name: str, seed: int, target: float | None, total_steps: int, eval_every: int, eval_envs: int = 16,
            **overrides: Any):
-    preset = PRESETS[env_name]
+    preset = podracer.get_preset("ppo", env_name)
     env = podracer.make_env(env_name, num_envs=preset.num_envs)
     eval_env = podracer.make_env(env_name, num_envs=eval_envs)
     podracer.seed_everything(seed)
@@ -47,22 +47,22 @@ def one_thread():
 @pytest.mark.parametrize("seed", range(5) if FULL else [0])
 def test_ppo_solves_pendulum(seed: int, one_thread):
     # Evaluate about every 2,000 env steps (the benchmark's protocol) on 16 episodes.
-    agent, history, eval_env = _train("pendulum", seed, target=-250.0, total_steps=PRESETS["pendulum"].total_steps,
+    agent, history, eval_env = _train("pendulum", seed, target=-250.0, total_steps=podracer.get_preset("ppo", "pendulum").total_steps,
                                       eval_every=2048)
     final = history["eval/return_mean"].dropna().iloc[-1]
     assert final >= -250.0, f"PPO reached only {final:.1f} on Pendulum in {int(history['global_step'].iloc[-1])} steps"
     # Stopped early at the target, and an independent evaluation (fresh seed) agrees roughly.
-    assert history["global_step"].iloc[-1] < PRESETS["pendulum"].total_steps
+    assert history["global_step"].iloc[-1] < podracer.get_preset("ppo", "pendulum").total_steps
     assert podracer.evaluate(agent, eval_env, seed=123)["eval/return_mean"] > -400.0
 
 
 @pytest.mark.parametrize("seed", range(5) if FULL else [0])
 def test_ppo_solves_cartpole(seed: int, one_thread):
-    agent, history, eval_env = _train("cartpole", seed, target=475.0, total_steps=PRESETS["cartpole"].total_steps,
+    agent, history, eval_env = _train("cartpole", seed, target=475.0, total_steps=podracer.get_preset("ppo", "cartpole").total_steps,
                                       eval_every=8192)
     final = history["eval/return_mean"].dropna().iloc[-1]
     assert final > 475.0, f"PPO reached only {final:.1f} on CartPole in {int(history['global_step'].iloc[-1])} steps"
-    assert history["global_step"].iloc[-1] < PRESETS["cartpole"].total_steps
+    assert history["global_step"].iloc[-1] < podracer.get_preset("ppo", "cartpole").total_steps
 
 
 # ---------------------------------------------------------------------------- GAE and truncation
@@ -118,11 +118,11 @@ class _TwoStepEnv:
 def test_agent_bootstraps_truncation_from_final_obs(monkeypatch):
     cfg = dict(num_steps=4, num_minibatches=1, update_epochs=1, gamma=0.9, gae_lambda=0.95, norm_obs=False,
                norm_reward=False)
-    batches, critic = {}, {}
+    rollouts, critic = {}, {}
     for end in ("terminated", "truncated"):
-        def spy(model, optimizer, batch, config, generator, end=end):
-            """Keep the batch train_step hands to the update, and V(0), V(1), V(2) of its critic."""
-            batches[end] = batch
+        def spy(model, optimizer, rollout, config, generator, end=end):
+            """Keep the rollout train_step hands to the update, and V(0), V(1), V(2) of its critic."""
+            rollouts[end] = rollout
             with torch.no_grad():
                 critic[end] = [model.value(torch.tensor([[x]])).item() for x in (0.0, 1.0, 2.0)]
             return {"loss/actor": torch.tensor(0.0)}
@@ -134,8 +134,8 @@ def test_agent_bootstraps_truncation_from_final_obs(monkeypatch):
         agent.train_step(env, obs)
     assert critic["terminated"] == critic["truncated"]
     v0, v1, v2 = critic["truncated"]
-    ret_term = batches["terminated"].returns.reshape(4, 3)
-    ret_trunc = batches["truncated"].returns.reshape(4, 3)
+    ret_term = rollouts["terminated"].returns.reshape(4, 3)
+    ret_trunc = rollouts["truncated"].returns.reshape(4, 3)
     # Step t=1 ends the episode: target r + γ V(final_obs = 2) when truncated, r when terminated;
     # bootstrapping from the returned obs (the reset 0) would give γ V(0) instead.
     torch.testing.assert_close(ret_term[1], torch.full((3,), 1.0))
@@ -188,6 +188,14 @@ def test_act_shapes_bounds_and_metrics():
     assert torch.equal(agent.act(obs, deterministic=True), agent(obs))
 
 
+def test_rollout_was_called_batch():
+    """``ppo.Batch`` (the flattened rollout, renamed ``Rollout`` in 1.1: ``replay.Batch`` is the replay
+    minibatch) still imports, with a FutureWarning naming the new name."""
+    with pytest.warns(FutureWarning, match="renamed 'Rollout'"):
+        from podracer.agents.ppo import Batch
+    assert Batch is ppo_module.Rollout
+
+
 def test_wrong_action_space_and_bad_config():
     env = PendulumVecEnv(num_envs=2)
     with pytest.raises(ValueError, match="lerning_rate.*valid fields"):
@@ -196,11 +204,11 @@ def test_wrong_action_space_and_bad_config():
         PPOConfig(clip_eps=0.0)
     with pytest.raises(ValueError, match="activation must be one of"):
         PPOConfig(activation="sigmoid")
-    with pytest.raises(ValueError, match="no PPO preset 'mujoco'"):
-        PPOConfig.preset("mujoco")
+    with pytest.raises(ValueError, match="no ppo preset 'mujoco'"):
+        podracer.get_preset("ppo", "mujoco")
     with pytest.raises(ValueError, match="PPO needs a Box or Discrete"):
         PPO(env.single_observation_space, gym.spaces.MultiBinary(3))
-    assert PPOConfig.preset("pendulum", learning_rate=1e-4).learning_rate == 1e-4
+    assert podracer.make_agent("ppo", env, preset="pendulum", learning_rate=1e-4).config.learning_rate == 1e-4
 
 
 def test_set_hparams_changes_optimizer_lr_and_annealing():

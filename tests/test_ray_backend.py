@@ -32,14 +32,13 @@ import pytest
 import torch
 
 import podracer
-from podracer.agents.ppo import PRESETS
 from podracer.checkpoints import CheckpointError
 from podracer.tournament import Leaderboard, TicketError, Tournament, TournamentConfig
 
 ray = pytest.importorskip("ray")
 from podracer.tournament import ray_backend  # noqa: E402  (needs ray)
 
-TINY_PPO = {**PRESETS["pendulum"].config, "hidden_sizes": (16,), "update_epochs": 2}
+TINY_PPO = {**podracer.get_preset("ppo", "pendulum").config, "hidden_sizes": (16,), "update_epochs": 2}
 make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
 make_small_eval_env = functools.partial(podracer.make_env, "pendulum", num_envs=4)
 

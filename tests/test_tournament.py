@@ -31,12 +31,12 @@ import yaml
 import podracer
 from podracer.agents import registry
 from podracer.agents.common import mutable_bounds
-from podracer.agents.ppo import PPO, PRESETS, PPOConfig
+from podracer.agents.ppo import PPO, PPOConfig
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 from podracer.tournament import Ensemble, Leaderboard, Pod, PodSpec, Tournament, TournamentConfig
 from podracer.tournament import config as tournament_config
 
-PENDULUM_PPO = dict(PRESETS["pendulum"].config)
+PENDULUM_PPO = dict(podracer.get_preset("ppo", "pendulum").config)
 TINY_PPO = {**PENDULUM_PPO, "hidden_sizes": (16,), "update_epochs": 2}
 make_env = functools.partial(podracer.make_env, "pendulum", num_envs=64)
 make_eval_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
@@ -497,7 +497,7 @@ def test_pods_build_agents_quietly_with_the_configured_preset(tmp_path, caplog):
     pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
     with caplog.at_level(logging.INFO, logger="podracer"):
         agent, parent, _, _ = pod.start_agent(random.Random(0), seed=0)  # empty board: a fresh agent
-    assert parent is None and agent.preset == PRESETS["pendulum"]  # preset="auto": the env's task
+    assert parent is None and agent.preset == podracer.get_preset("ppo", "pendulum")  # preset="auto": the env's task
     assert not [r for r in caplog.records if r.name == "podracer"]  # no preset line every generation
     plain = TournamentConfig(**{**t.config.to_dict(), "preset": None})
     agent, _, _, _ = Pod(PodSpec(str(tmp_path), 0, plain, make_small_env, make_small_eval_env)).start_agent(

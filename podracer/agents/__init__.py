@@ -1,35 +1,16 @@
 """Single-file agents and the registry that names them.
 
-The algorithm modules are imported on first use: ``podracer.agents.ppo`` works after
-``import podracer`` without importing every algorithm up front.
+``registry.py`` is the top of this package: it imports each algorithm file (``ppo.py``,
+``sac.py``, ``td3.py``, ``ddpg.py``, ``dqn.py``) and owns names, presets, ``make_agent`` and
+``load_agent``. The algorithm files import only ``common.py`` (building blocks and the base
+class), ``offpolicy.py`` and ``replay.py``; none imports the registry.
 """
 
-from __future__ import annotations
-
-import importlib
-from pathlib import Path
-from types import ModuleType
-
-import torch
-
 from podracer.agents.common import AgentBase, RunningMeanStd, mlp, mutable_bounds, soft_update
-from podracer.agents.registry import AGENTS, agent_name, get_agent_class, make_agent, resolve_agent
+from podracer.agents.registry import (AGENTS, Preset, agent_name, find_preset, get_agent_class, get_preset,
+                                      load_agent, make_agent, presets, register_preset, register_presets,
+                                      resolve_agent)
 
-_MODULES = ("ppo", "sac", "td3", "ddpg", "dqn", "offpolicy", "replay")
-
-
-def load_agent(path: str | Path, device: str | torch.device | None = None) -> AgentBase:
-    """The agent saved at ``path`` (by ``agent.save``, ``podracer train`` or a tournament), on
-    ``device`` (default CPU, whatever device it was saved on). Its class comes from the
-    checkpoint: a registry name or ``"module:Class"``, through ``resolve_agent``."""
-    return AgentBase.load(path, device=device)
-
-
-def __getattr__(name: str) -> ModuleType:
-    if name in _MODULES:
-        return importlib.import_module(f"podracer.agents.{name}")
-    raise AttributeError(f"module 'podracer.agents' has no attribute {name!r}")
-
-
-__all__ = ["AGENTS", "AgentBase", "RunningMeanStd", "agent_name", "get_agent_class", "load_agent", "make_agent",
-           "mlp", "mutable_bounds", "resolve_agent", "soft_update"]
+__all__ = ["AGENTS", "AgentBase", "Preset", "RunningMeanStd", "agent_name", "find_preset", "get_agent_class",
+           "get_preset", "load_agent", "make_agent", "mlp", "mutable_bounds", "presets", "register_preset",
+           "register_presets", "resolve_agent", "soft_update"]

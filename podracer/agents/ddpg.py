@@ -10,6 +10,8 @@ Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 
 - exploration:   a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
 
 Our deviations and choices:
+- The actor, ``common.DeterministicActor``, and its Gaussian exploration are TD3's too; the
+  critic is one plain MLP (``Critic``), not TD3's twin-critic ensemble.
 - Gaussian exploration noise instead of Ornstein-Uhlenbeck and no L2 weight decay on the
   critic, as the re-tuned DDPG baseline of Fujimoto et al. 2018; ReLU and default PyTorch init.
 - Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
@@ -19,29 +21,25 @@ Our deviations and choices:
 - Warm-up (uniform random actions) lasts until the replay buffer has collected
   ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
   batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.collect_and_update``).
+  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
 - Critic and actor step together: their losses are summed, one backward pass and one Adam
   step (two parameter groups with their own learning rates). The actor's loss sees the
   critic's parameters detached, so each loss moves only its own parameters and the gradients
   equal the separate ones; the actor's gradient comes from the critic before (not after) this
   update's critic step. Fewer, larger kernels: this is what makes small networks fast on a CPU.
-- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+- Presets tuned for speed on batched envs are data: ``podracer/presets/ddpg.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import AgentBase, Preset, deprecated_alias, mlp, preset_config, soft_update
-from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
-                                         load_offpolicy_state, offpolicy_state, push_learning_rates)
+from podracer.agents.common import ActionBounds, DeterministicActor, soft_update, target_net
+from podracer.agents.offpolicy import OffPolicyAgent, check_offpolicy_config, critic_loss, td_target
 from podracer.agents.replay import Batch
 
 
@@ -63,29 +61,15 @@ class DDPGConfig:
 
     aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "DDPGConfig":
-        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        return preset_config(cls, "DDPG", PRESETS, name, overrides)
-
     def __post_init__(self) -> None:
-        check_config(self, positive=("actor_lr", "critic_lr"), non_negative=("exploration_noise",))
-
-
-# Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
-# learning rates than the paper, two updates per transition on small batches. Use as
-# ``make_agent("ddpg", PendulumVecEnv(p.num_envs), **p.config)``; tests/test_offpolicy.py checks it
-# reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
-PRESETS: dict[str, Preset] = {
-    "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
-        hidden_sizes=(64, 64), actor_lr=1e-3, critic_lr=1e-3, tau=0.005, batch_size=128, updates_per_step=2.0,
-        learning_starts=400, num_steps=25, buffer_size=100_000)),
-}
+        check_offpolicy_config(self, positive=("actor_lr", "critic_lr"), non_negative=("exploration_noise",))
 
 
 # ---------------------------------------------------------------------------- networks
 class Critic(nn.Module):
-    """Q(s, a), an MLP on the concatenated input: returns (B,)."""
+    """One Q(s, a), an MLP on the concatenated input: returns (B,). A plain network, not a
+    one-member ``QEnsemble``: the ensemble's batched matmul buys nothing for one critic, and this
+    keeps DDPG's PyTorch-default initialisation and its checkpoints' weight layout."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...]):
         super().__init__()
@@ -103,52 +87,23 @@ class Critic(nn.Module):
         return x.squeeze(-1)
 
 
-class DeterministicActor(nn.Module):
-    """mu(s) = c + s * tanh(net(s)): always inside the Box bounds [c - s, c + s]."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], low: np.ndarray, high: np.ndarray):
-        super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, act_dim, activation=nn.ReLU, orthogonal=False)
-        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
-        self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
-        self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.action_bias + self.action_scale * torch.tanh(self.net(obs))
-
-
 class DDPGModel(nn.Module):
     """Everything DDPG learns, in one module so it moves and saves together."""
 
-    def __init__(self, obs_dim: int, act_dim: int, cfg: DDPGConfig, low: np.ndarray, high: np.ndarray):
+    def __init__(self, obs_dim: int, cfg: DDPGConfig, bounds: ActionBounds):
         super().__init__()
-        self.actor = DeterministicActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
-        self.actor_target = DeterministicActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        act_dim = bounds.low.numel()
+        self.actor = DeterministicActor(obs_dim, cfg.hidden_sizes, bounds)
+        self.actor_target = target_net(DeterministicActor(obs_dim, cfg.hidden_sizes, bounds), self.actor)
         self.critic = Critic(obs_dim, act_dim, cfg.hidden_sizes)
-        self.critic_target = Critic(obs_dim, act_dim, cfg.hidden_sizes)
-        self.actor_target.load_state_dict(self.actor.state_dict())
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.actor_target.requires_grad_(False)
-        self.critic_target.requires_grad_(False)
+        self.critic_target = target_net(Critic(obs_dim, act_dim, cfg.hidden_sizes), self.critic)
 
 
 # ---------------------------------------------------------------------------- losses
-def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
-              gamma: float) -> torch.Tensor:
-    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
-    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
-
-
 @torch.no_grad()
 def target_value(model: DDPGModel, next_obs: torch.Tensor) -> torch.Tensor:
     """V(s') = Q'(s', mu'(s')) with the target networks: (B,)."""
     return model.critic_target(next_obs, model.actor_target(next_obs))
-
-
-def critic_loss(critic: Critic, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    q = critic(batch.obs, batch.actions)  # (B,)
-    loss = (q - targets).pow(2).mean()
-    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
 
 
 def actor_loss(model: DDPGModel, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -157,79 +112,43 @@ def actor_loss(model: DDPGModel, obs: torch.Tensor) -> tuple[torch.Tensor, dict[
     return loss, {"loss/actor": loss.detach()}
 
 
-# ---------------------------------------------------------------------------- update
-def update(model: DDPGModel, optimizer: torch.optim.Optimizer, batch: Batch,
-           cfg: DDPGConfig) -> dict[str, torch.Tensor]:
-    """One critic and actor step (one backward, see the module docstring), then both targets."""
-    targets = td_target(batch.rewards, batch.terminated, target_value(model, batch.next_obs), cfg.gamma)
-    loss, info = critic_loss(model.critic, batch, targets)
-    loss_pi, info_pi = actor_loss(model, batch.obs)
-    info.update(info_pi)
-    optimizer.zero_grad(set_to_none=True)
-    (loss + loss_pi).backward()
-    optimizer.step()
-    soft_update(model.actor_target, model.actor, cfg.tau)
-    soft_update(model.critic_target, model.critic, cfg.tau)
-    return info
-
-
 # ---------------------------------------------------------------------------- agent
-def make_optimizer(model: DDPGModel, cfg: DDPGConfig, device: torch.device) -> torch.optim.Adam:
-    """One Adam over two named parameter groups; the fused kernel does the step in one launch."""
-    groups = [{"name": "actor", "params": list(model.actor.parameters()), "lr": cfg.actor_lr},
-              {"name": "critic", "params": list(model.critic.parameters()), "lr": cfg.critic_lr}]
-    return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
-
-
-class DDPG(AgentBase):
-    """DDPG for Box action spaces. See the module docstring for the algorithm."""
+class DDPG(OffPolicyAgent):
+    """DDPG for Box action spaces. See the module docstring for the algorithm; replay, warm-up,
+    collection and state come from ``OffPolicyAgent``."""
 
     name: ClassVar[str] = "ddpg"
     config_cls: ClassVar[type] = DDPGConfig
-    presets: ClassVar[dict[str, Preset]] = PRESETS
     config: DDPGConfig
-    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
-    nets = deprecated_alias("model")
-    optim = deprecated_alias("optimizer")
-    rng = deprecated_alias("generator")
-    env_steps = deprecated_alias("global_step")
+    model: DDPGModel
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DDPGConfig | dict | None = None,
-                 device: str | torch.device = "cpu"):
-        super().__init__(observation_space, action_space, config, device)
-        low, high = box_bounds("DDPG", action_space)
-        cfg = self.config
-        self.act_dim = int(low.size)
-        self.model = DDPGModel(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
-        self.optimizer = make_optimizer(self.model, cfg, self.device)
-        init_replay(self, (self.act_dim,), torch.float32)
-        self.low = torch.as_tensor(low, device=self.device)
-        self.high = torch.as_tensor(high, device=self.device)
+    def build_model(self) -> DDPGModel:
+        return DDPGModel(self.obs_dim, self.config, self.bounds)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Two named groups in one Adam; the fused kernel does the step in one launch."""
+        m, cfg = self.model, self.config
+        return [{"name": "actor", "params": m.actor.parameters(), "lr": cfg.actor_lr},
+                {"name": "critic", "params": m.critic.parameters(), "lr": cfg.critic_lr}]
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One critic and actor step (one backward, see the module docstring), then both targets."""
+        m, cfg = self.model, self.config
+        targets = td_target(batch.rewards, batch.terminated, target_value(m, batch.next_obs), cfg.gamma)
+        loss, info = critic_loss(m.critic(batch.obs, batch.actions), targets)  # (B,) Q values
+        loss_pi, info_pi = actor_loss(m, batch.obs)
+        info.update(info_pi)
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss + loss_pi).backward()
+        self.optimizer.step()
+        soft_update(m.actor_target, m.actor, cfg.tau)
+        soft_update(m.critic_target, m.critic, cfg.tau)
+        return info
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """mu(s), or with Gaussian exploration noise of scale ``exploration_noise`` (x the Box scale)."""
         obs = obs.reshape(obs.shape[0], -1)
-        actions = self.model.actor(obs)
-        if not deterministic:
-            noise = torch.randn(actions.shape, generator=self.generator, device=self.device)
-            actions = actions + noise * self.config.exploration_noise * self.model.actor.action_scale
-            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        actor = self.model.actor
+        actions = actor(obs) if deterministic else actor.noisy(obs, self.config.exploration_noise, self.generator)
         return actions.reshape(obs.shape[0], *self.action_space.shape)
-
-    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
-        the gradient updates it is owed (``updates_per_step`` per transition)."""
-        cfg = self.config
-        return collect_and_update(self, env, obs, functools.partial(explore_box, self),
-                                  lambda batch: update(self.model, self.optimizer, batch, cfg))
-
-    # -- persistence and hyperparameters
-    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
-        return offpolicy_state(self, include_buffer)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_offpolicy_state(self, state)
-
-    def set_hparams(self, **hparams: Any) -> None:
-        super().set_hparams(**hparams)
-        push_learning_rates(self.optimizer, self.config)

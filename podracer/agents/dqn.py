@@ -29,10 +29,10 @@ Our deviations and choices:
 - Warm-up (uniform random actions) lasts until the replay buffer has collected
   ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
   batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.collect_and_update``).
+  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
 - The registry's "double_dqn" and "d3qn" are this agent with other config defaults
   (``DoubleDQN``, ``D3QN`` below); checkpoints record which.
-- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+- Presets tuned for speed on batched envs are data: ``podracer/presets/dqn.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from podracer.agents.common import (AgentBase, Preset, deprecated_alias, mlp, preset_config, require_space,
-                                    soft_update)
-from podracer.agents.offpolicy import (check_config, collect_and_update, init_replay,
-                                         load_offpolicy_state, offpolicy_state, push_learning_rates)
+from podracer.agents.common import mlp, soft_update, target_net
+from podracer.agents.offpolicy import OffPolicyAgent, check_offpolicy_config, critic_loss, td_target
 from podracer.agents.replay import Batch
 
 
@@ -73,14 +71,9 @@ class DQNConfig:
 
     aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes", "lr": "learning_rate"}  # 0.1 names
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "DQNConfig":
-        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        return preset_config(cls, "DQN", PRESETS, name, overrides)
-
     def __post_init__(self) -> None:
-        check_config(self, positive=("learning_rate",), at_least_one=("target_update_every", "exploration_steps"),
-                     unit_interval=("start_e", "end_e"))
+        check_offpolicy_config(self, positive=("learning_rate",), unit_interval=("start_e", "end_e"),
+                               at_least_one=("target_update_every", "exploration_steps"))
 
 
 @dataclass
@@ -92,16 +85,6 @@ class DoubleDQNConfig(DQNConfig):
 class D3QNConfig(DQNConfig):
     double: bool = True
     dueling: bool = True
-
-
-# Tuned on this project's tensor envs (2-core CPU, one torch thread): many sub-envs, large batches,
-# a fast-moving target network. ``make_agent(name, CartPoleVecEnv(p.num_envs), **p.config)`` for
-# any of "dqn", "double_dqn", "d3qn"; tests/test_offpolicy.py checks each reaches > 400.
-PRESETS: dict[str, Preset] = {
-    "cartpole": Preset(num_envs=16, total_steps=60_000, config=dict(
-        hidden_sizes=(128, 128), learning_rate=1e-3, batch_size=128, updates_per_step=0.5, learning_starts=1_000,
-        num_steps=16, target_update_every=100, exploration_steps=8_000, end_e=0.04, buffer_size=100_000)),
-}
 
 
 # ---------------------------------------------------------------------------- networks
@@ -133,18 +116,10 @@ class DQNModel(nn.Module):
     def __init__(self, obs_dim: int, num_actions: int, cfg: DQNConfig):
         super().__init__()
         self.q = QNetwork(obs_dim, num_actions, cfg.hidden_sizes, cfg.dueling)
-        self.q_target = QNetwork(obs_dim, num_actions, cfg.hidden_sizes, cfg.dueling)
-        self.q_target.load_state_dict(self.q.state_dict())
-        self.q_target.requires_grad_(False)
+        self.q_target = target_net(QNetwork(obs_dim, num_actions, cfg.hidden_sizes, cfg.dueling), self.q)
 
 
 # ---------------------------------------------------------------------------- losses
-def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
-              gamma: float) -> torch.Tensor:
-    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
-    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
-
-
 @torch.no_grad()
 def target_value(model: DQNModel, next_obs: torch.Tensor, double: bool) -> torch.Tensor:
     """V(s') = max_a Q'(s', a) (DQN) or Q'(s', argmax_a Q(s', a)) (Double DQN): (B,)."""
@@ -155,54 +130,39 @@ def target_value(model: DQNModel, next_obs: torch.Tensor, double: bool) -> torch
     return q_next.gather(-1, best).squeeze(-1)
 
 
-def critic_loss(q: QNetwork, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """mean_B (Q(s, a) - y)^2, logged as ``loss/critic`` like every other agent's value loss."""
-    q_taken = q(batch.obs).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)  # (B,)
-    loss = (q_taken - targets).pow(2).mean()
-    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q_taken.detach().mean()}
-
-
-# ---------------------------------------------------------------------------- update
-def update(model: DQNModel, optimizer: torch.optim.Optimizer, batch: Batch, cfg: DQNConfig,
-           update_target: bool) -> dict[str, torch.Tensor]:
-    """One gradient step on the online network; with ``update_target`` also the target network."""
-    targets = td_target(batch.rewards, batch.terminated, target_value(model, batch.next_obs, cfg.double), cfg.gamma)
-    loss, info = critic_loss(model.q, batch, targets)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    if update_target:
-        soft_update(model.q_target, model.q, cfg.tau)
-    return info
-
-
 # ---------------------------------------------------------------------------- agent
-class DQN(AgentBase):
-    """DQN for Discrete action spaces; ``double`` and ``dueling`` config flags select the variants."""
+class DQN(OffPolicyAgent):
+    """DQN for Discrete action spaces; ``double`` and ``dueling`` config flags select the variants.
+    Replay, warm-up, collection and state come from ``OffPolicyAgent``."""
 
     name: ClassVar[str] = "dqn"
     config_cls: ClassVar[type] = DQNConfig
-    presets: ClassVar[dict[str, Preset]] = PRESETS
+    action_space_type: ClassVar[type[gym.Space]] = gym.spaces.Discrete
     config: DQNConfig
-    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
-    nets = deprecated_alias("model")
-    optim = deprecated_alias("optimizer")
-    rng = deprecated_alias("generator")
-    env_steps = deprecated_alias("global_step")
+    model: DQNModel
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: DQNConfig | dict | None = None,
-                 device: str | torch.device = "cpu"):
-        super().__init__(observation_space, action_space, config, device)
-        require_space(type(self).__name__, action_space, (gym.spaces.Discrete,),
-                      "for Box (continuous) actions use 'sac', 'td3', 'ddpg' or 'ppo'")
-        cfg = self.config
-        self.num_actions = int(action_space.n)
-        self.action_start = int(action_space.start)  # env actions are start + index
-        self.model = DQNModel(self.obs_dim, self.num_actions, cfg).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.q.parameters(), lr=cfg.learning_rate,
-                                          fused=self.device.type in ("cpu", "cuda"))
-        init_replay(self, (), torch.long)
+    def build_model(self) -> DQNModel:
+        return DQNModel(self.obs_dim, self.num_actions, self.config)
 
+    def param_groups(self) -> list[dict[str, Any]]:
+        """One unnamed group: its learning rate is ``config.learning_rate``."""
+        return [{"params": self.model.q.parameters(), "lr": self.config.learning_rate}]
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One gradient step on the online network; every ``target_update_every``-th update also
+        moves the target network towards it (tau = 1: a hard copy)."""
+        m, cfg = self.model, self.config
+        targets = td_target(batch.rewards, batch.terminated, target_value(m, batch.next_obs, cfg.double), cfg.gamma)
+        q_taken = m.q(batch.obs).gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)  # (B,) Q(s, a)
+        loss, info = critic_loss(q_taken, targets)  # logged as loss/critic like every agent's value loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.updates % cfg.target_update_every == 0:
+            soft_update(m.q_target, m.q, cfg.tau)
+        return info
+
+    # -- acting: ε-greedy
     @property
     def epsilon(self) -> float:
         """ε for the current env step: linear decay from start_e to end_e."""
@@ -226,30 +186,13 @@ class DQN(AgentBase):
         eps = 0.0 if deterministic else self.epsilon
         return self._greedy_or_random(obs, eps) + self.action_start
 
-    def _explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Uniform random (ε = 1) during warm-up, then ε-greedy; the buffer stores the indices."""
         indices = self._greedy_or_random(obs, 1.0 if warmup else self.epsilon)
         return indices + self.action_start, indices
 
-    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """``num_steps`` vector steps (uniform random actions during warm-up, then ε-greedy), each
-        followed by the gradient updates it is owed (``updates_per_step`` per transition)."""
-        cfg = self.config
-        return collect_and_update(self, env, obs, self._explore,
-                                  lambda batch: update(self.model, self.optimizer, batch, cfg,
-                                                       self.updates % cfg.target_update_every == 0),
-                                  extra_metrics=lambda: {"charts/epsilon": self.epsilon})
-
-    # -- persistence and hyperparameters
-    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
-        return offpolicy_state(self, include_buffer)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_offpolicy_state(self, state)
-
-    def set_hparams(self, **hparams: Any) -> None:
-        super().set_hparams(**hparams)
-        push_learning_rates(self.optimizer, self.config)  # one unnamed group: config.learning_rate
+    def extra_metrics(self) -> dict[str, float]:
+        return {"charts/epsilon": self.epsilon}
 
 
 class DoubleDQN(DQN):

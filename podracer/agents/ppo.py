@@ -1,10 +1,9 @@
 """Proximal Policy Optimization (clipped surrogate) on batched tensor envs, in one file.
 
-Paper: Schulman, Wolski, Dhariwal, Radford, Klimov, "Proximal Policy Optimization Algorithms",
-2017, arXiv:1707.06347. Advantages: Schulman et al., "High-Dimensional Continuous Control Using
-Generalized Advantage Estimation", 2016, arXiv:1506.02438. Implementation details follow Huang
-et al., "The 37 Implementation Details of PPO" (ICLR blog track, 2022). Batched, GPU-resident
-rollouts follow ElegantRL-Podracer (Liu et al. 2021, arXiv:2112.05923).
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347; advantages:
+Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation", arXiv:1506.02438; implementation details: Huang et al. 2022, "The 37 Implementation
+Details of PPO"; batched, device-resident rollouts: ElegantRL-Podracer, arXiv:2112.05923.
 
 Key equations (t indexes the T steps of a rollout, each over N sub-envs)::
 
@@ -18,48 +17,22 @@ Key equations (t indexes the T steps of a rollout, each over N sub-envs)::
     entropy    L^H = -E[ H(π_θ(· | s_t)) ]
     total      L = L^CLIP + c₁ L^V + c₂ L^H
 
-``s'_t`` is the observation that followed ``s_t`` in the *same* episode: ``info["final_obs"]``
-from the env (the dense tensor equals the next ``obs`` wherever the sub-env did not end). So a
-truncated step (time limit) still bootstraps with ``γ V(final_obs)``, a terminated step does not,
-and either way the advantage recursion stops at the episode boundary.
+``s'_t`` = ``info["final_obs"]``: a truncated step bootstraps with ``γ V(final_obs)``, a
+terminated one does not, and both stop the advantage recursion.
 
-Our deviations from the paper, and why:
+Our deviations (the reasons are on ``docs/ppo.md``):
 
-- N sub-envs step together; one rollout is T steps of all of them, a batch of T·N. By default
-  T adapts to N so that a rollout holds about 2048 env steps (T = max(⌈2048 / N⌉, 16)): the
-  paper's T = 2048 with one env, 32 steps with 64 sub-envs, 16 with 512 or more. A fixed
-  ``num_steps`` = T overrides it. Minibatches are set by count (``num_minibatches``, 32 as in the
-  paper), so the paper's Mujoco setting (one env, T = 2048, minibatch 64) is the default with
-  ``num_envs=1``.
-- Time limits bootstrap (above); the paper's code treats them as terminations.
-- Values V(s_t) and V(s'_t) are computed after the rollout in one batched pass, not per step:
-  the rollout loop then only runs the actor.
-- Observations are standardised by a running mean/std that is frozen during a rollout and
-  updated once at its end from the raw observations, so the update sees the very inputs the
-  policy acted on (its first ratio is 1 up to float rounding).
-- Rewards are divided by the running std of the discounted return (Engstrom et al. 2020,
-  arXiv:2005.12729; gymnasium's ``NormalizeReward``), with the running return reset at every
-  episode end (terminated or truncated) and when a training run starts (``begin_training``:
-  the env was just reset, so a loaded agent must not continue another run's episodes).
-- Box actions: a Gaussian with a state-independent log-std over the unit box [-1, 1]^d, rescaled
-  to the Box bounds. The env gets the sample clipped to the bounds (as baselines, CleanRL and SB3
-  do); the buffer keeps the unclipped sample and its log-prob, so the ratio is exact. We do not
-  tanh-squash: that would need the log-det-Jacobian correction in every log-prob, and clipping
-  is what the PPO baselines we compare against do. Unbounded Box dimensions pass through
-  unscaled. Deterministic actions are the clipped mean. Discrete actions: a categorical on
-  logits; deterministic actions are its argmax.
-- The value loss may be clipped as in ppo2 (``clip_vloss``, on by default like ppo2; our presets
-  turn it off, see ``PRESETS``).
-- Advantages are standardised per minibatch; gradients are clipped to a global norm. With
-  ``anneal_lr`` the learning rate decays linearly to 0 over the run: ``podracer.train`` calls
-  ``begin_training(total_steps)``, which sets the window [global_step, global_step + total_steps]
-  (CleanRL's ``anneal_lr``, from the Python API and the CLI alike). ``anneal_steps`` instead
-  fixes the horizon in absolute env steps (α reaches 0 at ``global_step == anneal_steps``).
-- Separate actor and critic MLPs, orthogonal init (policy head gain 0.01, value head 1).
-- All randomness (action sampling, minibatch order) comes from the agent's own
-  ``torch.Generator``, seeded from torch's global RNG at construction (``make_agent(seed=...)``),
-  and saved with the agent: two pods in one process never share a random stream, and a loaded
-  agent continues exactly as the saved one would have.
+- T adapts to the sub-env count N so that a rollout holds about 2048 env steps
+  (T = max(⌈2048 / N⌉, 16)); minibatches are set by count (``num_minibatches``).
+- Time limits bootstrap; V(s_t) and V(s'_t) come in one batched pass after the rollout.
+- Observations are standardised with statistics frozen during a rollout; rewards are divided by
+  the running std of the discounted return, restarted at episode ends and by ``begin_training``.
+- Box actions: a Gaussian with state-independent log-std over the unit box, rescaled to the
+  bounds and clipped for the env (not tanh-squashed); Discrete actions: a categorical.
+- Optional ppo2 value clipping (``clip_vloss``); advantages standardised per minibatch; global
+  gradient-norm clipping; linear learning-rate annealing over a run (``anneal_lr``) or to an
+  absolute step (``anneal_steps``); separate orthogonal-init actor and critic MLPs.
+- All randomness comes from the agent's own ``torch.Generator``, saved with it.
 """
 
 from __future__ import annotations
@@ -71,12 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import (AgentBase, Preset, RunningMeanStd, mlp, preset_config, require_space,
-                                    restore_generator)
+from podracer.agents.common import (AgentBase, RunningMeanStd, action_bounds, check_config, make_adam, mlp,
+                                    require_space, restore_generator)
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -84,16 +56,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 # ---------------------------------------------------------------------------- config
 @dataclass
 class PPOConfig:
-    """PPO hyperparameters. Defaults are the paper's Mujoco settings (Schulman et al. 2017,
-    Table 3) plus the implementation details of baselines' ``ppo2``, except for the rollout
-    length: T = ``num_steps`` defaults to ``None``, which sizes each rollout to about 2048 env
-    steps whatever the sub-env count (T = max(⌈2048 / num_envs⌉, 16); see ``rollout_steps``).
-    Why: the paper's T = 2048 per env is one env's rollout; with 64 sub-envs it becomes 131,072
-    env steps per update, and PPO then did not leave the random-policy return on Pendulum in
-    300k steps (few updates, each on stale data). With the adaptive T and 32 minibatches (64-256
-    samples each), PPO with these defaults on 64 sub-envs reaches about -180 on Pendulum and the
-    500 cap on CartPole within 300k env steps. ``num_steps=2048`` gives the paper's setting
-    explicitly. ``PRESETS`` below holds settings tuned per task for many batched sub-envs."""
+    """PPO hyperparameters: the paper's Mujoco settings (Table 3) and ppo2's details, except that
+    T = ``num_steps`` defaults to about 2048 env steps per rollout whatever the sub-env count
+    (``docs/ppo.md`` says why). ``podracer.get_preset("ppo", task)`` gives per-task settings."""
 
     num_steps: int | None = None  # T: rollout length per sub-env, 8-2048; None = max(⌈2048 / num_envs⌉, 16)
     # Not mutable: epochs and minibatches set a generation's compute; a tournament's pods share a
@@ -122,29 +87,12 @@ class PPOConfig:
     adam_eps: float = 1e-5  # Adam ε (baselines' value, not torch's 1e-8)
 
     def __post_init__(self) -> None:
-        self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)  # a list from a checkpoint or YAML is fine
-        checks = [
-            (self.num_steps is None or self.num_steps >= 1,
-             f"num_steps must be >= 1 or None (sized to the sub-env count), got {self.num_steps}"),
-            (self.num_minibatches >= 1, f"num_minibatches must be >= 1, got {self.num_minibatches}"),
-            (self.update_epochs >= 1, f"update_epochs must be >= 1, got {self.update_epochs}"),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}"),
-            (0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1], got {self.gae_lambda}"),
-            (self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}"),
-            (self.anneal_steps >= 0, f"anneal_steps must be >= 0 (0 = no annealing), got {self.anneal_steps}"),
-            (self.clip_eps > 0, f"clip_eps must be positive, got {self.clip_eps}"),
-            (self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}"),
-            (self.ent_coef >= 0, f"ent_coef must be >= 0, got {self.ent_coef}"),
-            (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}"),
-            (self.target_kl is None or self.target_kl > 0, f"target_kl must be positive or None, got {self.target_kl}"),
-            (len(self.hidden_sizes) >= 1 and min(self.hidden_sizes) >= 1,
-             f"hidden_sizes must be one or more positive widths, got {self.hidden_sizes}"),
-            (self.activation in ACTIVATIONS,
-             f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(msg)
+        check_config(self, optional=("num_steps", "target_kl"), unit_interval=("gamma", "gae_lambda"),
+                     positive=("learning_rate", "clip_eps", "max_grad_norm", "target_kl"),
+                     non_negative=("anneal_steps", "vf_coef", "ent_coef"),
+                     at_least_one=("num_steps", "num_minibatches", "update_epochs"))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
     def rollout_steps(self, num_envs: int) -> int:
         """T, steps per sub-env in one rollout: ``num_steps``, or by default about 2048 env steps
@@ -160,82 +108,6 @@ class PPOConfig:
     def minibatch_size(self, num_envs: int) -> int:
         """Samples per gradient step: T * N // num_minibatches (the remainder is dropped each epoch)."""
         return max(self.batch_size(num_envs) // self.num_minibatches, 1)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
-        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        return preset_config(cls, "PPO", PRESETS, name, overrides)
-
-
-
-# HalfCheetah-v5 (tuned here, one torch thread, envpool): 16 sub-envs, rollouts of 128 x 16 = 2,048
-# steps, 8 minibatches of 256, 5 epochs, an unclipped value loss and a narrower initial policy
-# (log σ = -1 in the unit box). Deterministic eval return (4 episodes) after 153,600 env steps,
-# ~11 s on one core; random policy about -300: seeds 0-4: 3823, 2945, 3212, 2956, 3530 (log σ = 0
-# and the value clip: -10, 964, 853; log σ = -0.5: 282-1165; -1.5: 2533-3230). After 77,824
-# steps: 1211-2066. A short budget on a 2-core CPU, not a converged policy (RL Zoo trains 1M).
-HALFCHEETAH = Preset(num_envs=16, total_steps=153_600, config=dict(
-    num_steps=128, num_minibatches=8, update_epochs=5, clip_vloss=False, log_std_init=-1.0))
-
-# RL Zoo's PPO for the MuJoCo v4 tasks (hyperparams/ppo.yml), in our names: one env, so n_steps
-# is num_steps and batch_size sets num_minibatches = n_steps / batch_size; n_epochs is
-# update_epochs, clip_range clip_eps; SB3 clips no value loss (clip_vloss=False); ``normalize``
-# (VecNormalize, obs and reward) is our default norm_obs and norm_reward. Not translated: SB3's
-# ``ortho_init=False`` (ours always initialises orthogonally). SB3's log_std_init is in action
-# units; ours is in the unit box, so Humanoid's -2 (actions in [-0.4, 0.4]) becomes
-# -2 - ln 0.4 = -1.08. Ant has no tuned entry: SB3's defaults (which our defaults are, with one env).
-_ZOO_NET = dict(hidden_sizes=(256, 256), activation="relu", log_std_init=-2.0)
-RL_ZOO_MUJOCO: dict[str, Preset] = {
-    "ant": Preset(num_envs=1, total_steps=1_000_000, config=dict(
-        num_steps=2048, num_minibatches=32, update_epochs=10, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95,
-        clip_eps=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, clip_vloss=False)),
-    "hopper": Preset(num_envs=1, total_steps=1_000_000, config=dict(
-        num_steps=512, num_minibatches=16, update_epochs=5, learning_rate=9.80828e-05, gamma=0.999, gae_lambda=0.99,
-        clip_eps=0.2, ent_coef=0.00229519, vf_coef=0.835671, max_grad_norm=0.7, clip_vloss=False, **_ZOO_NET)),
-    "walker2d": Preset(num_envs=1, total_steps=1_000_000, config=dict(
-        num_steps=512, num_minibatches=16, update_epochs=20, learning_rate=5.05041e-05, gamma=0.99, gae_lambda=0.95,
-        clip_eps=0.1, ent_coef=0.000585045, vf_coef=0.871923, max_grad_norm=1.0, clip_vloss=False)),
-    "humanoid": Preset(num_envs=1, total_steps=10_000_000, config=dict(
-        num_steps=512, num_minibatches=2, update_epochs=5, learning_rate=3.56987e-05, gamma=0.95, gae_lambda=0.9,
-        clip_eps=0.3, ent_coef=0.00238306, vf_coef=0.431892, max_grad_norm=2.0, clip_vloss=False,
-        **{**_ZOO_NET, "log_std_init": -1.08})),
-}
-
-
-# Tuned on this project's tensor envs on a 2-core CPU, one torch thread (sweeps over sub-env count,
-# minibatches, epochs, learning rate, activation, γ, λ, initial σ; 5-8 seeds each, measured in env
-# steps and gradient steps to the target, which do not depend on machine load). What mattered:
-# short rollouts (T = 16) so that updates come often, minibatches of ~500-1000 samples (a gradient
-# step costs about the same from 256 to 1024 rows), an unclipped value loss (with normalised
-# rewards, ppo2's value clip limits the critic to ±ε per update and slows the first updates
-# several-fold), and for Pendulum ReLU hidden units (tanh: 2-5x more env steps) and γ = 0.95.
-PRESETS: dict[str, Preset] = {
-    # Pendulum-v1: eval return >= -250 after ~21k env steps (median of 8 seeds; ~0.8 s on one
-    # core), about -170 on 64 fresh episodes after the 150k steps. Few sub-envs (96, so an
-    # update every 1,536 steps; 512 needed ~74k steps), 512-row minibatches, a wide initial σ
-    # (log σ = 0.25: 20-30% fewer steps than -0.5), α annealed over the run and the epochs cut at
-    # an approximate KL of 0.025: without both, these small batches drift after solving (final
-    # return on 64 episodes, worst of 8 seeds: -643 constant α, -363 annealed, -240 with the KL cut;
-    # median steps to -250: 20k without the cut, 21.5k with it, 24k with a cut at 0.015-0.02).
-    "pendulum": Preset(num_envs=96, total_steps=150_528, config=dict(  # 98 rollouts of 16 x 96
-        num_steps=16, num_minibatches=3, update_epochs=10, gamma=0.95, gae_lambda=0.95, learning_rate=3e-3,
-        anneal_lr=True, target_kl=0.025, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5,
-        activation="relu", log_std_init=0.25, hidden_sizes=(64, 64))),
-    # CartPole-v1: eval return > 475 after ~57k env steps (median of 8 seeds, ~1 s on one core).
-    # Once every episode reaches the 500-step limit, the standardised advantages are mostly noise
-    # and a policy trained on at α = 3e-3 may drift: α anneals to 0 over the run (``anneal_lr``:
-    # over ``total_steps`` of ``podracer.train`` or ``podracer train --steps``), and stopping at
-    # the target (``target_return=475``) is best.
-    "cartpole": Preset(num_envs=512, total_steps=204_800, config=dict(  # 25 rollouts of 16 x 512
-        num_steps=16, num_minibatches=8, update_epochs=5, gamma=0.99, gae_lambda=0.95, learning_rate=3e-3,
-        anneal_lr=True, clip_eps=0.2, clip_vloss=False, ent_coef=0.0, max_grad_norm=0.5, activation="tanh",
-        hidden_sizes=(64, 64))),
-    # MuJoCo locomotion (``locomotion.make_env``, gymnasium v5 tasks). HalfCheetah is tuned and
-    # verified here (tests/test_locomotion.py); the other four are RL Zoo's settings, NOT run here:
-    # untuned starting points.
-    "halfcheetah": HALFCHEETAH,
-    **RL_ZOO_MUJOCO,
-}
 
 
 # ---------------------------------------------------------------------------- networks
@@ -365,8 +237,9 @@ def entropy_loss(entropy: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.T
 
 
 # ---------------------------------------------------------------------------- update
-class Batch(NamedTuple):
-    """One rollout flattened to B = T * N samples, everything the update needs."""
+class Rollout(NamedTuple):
+    """One rollout flattened to B = T * N samples, everything the update needs (not to be confused
+    with ``replay.Batch``, a minibatch of stored transitions)."""
 
     obs: torch.Tensor  # (B, obs_dim) normalised
     actions: torch.Tensor  # (B, act_dim) or (B,)
@@ -376,26 +249,26 @@ class Batch(NamedTuple):
     returns: torch.Tensor  # (B,)
 
 
-def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, config: PPOConfig,
+def ppo_update(model: ActorCritic, optimizer: torch.optim.Optimizer, rollout: Rollout, config: PPOConfig,
                generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """``update_epochs`` passes over ``batch`` in ``num_minibatches`` shuffled minibatches, one Adam
+    """``update_epochs`` passes over ``rollout`` in ``num_minibatches`` shuffled minibatches, one Adam
     step each. Returns the last epoch's mean of each loss's info (tensors: no host sync here,
     except once per epoch when ``target_kl`` is set)."""
-    B = batch.obs.shape[0]
+    B = rollout.obs.shape[0]
     mb_size = max(B // config.num_minibatches, 1)
     value_clip = config.clip_eps if config.clip_vloss else None
     for epoch in range(config.update_epochs):
-        perm = torch.randperm(B, generator=generator, device=batch.obs.device)
+        perm = torch.randperm(B, generator=generator, device=rollout.obs.device)
         infos: list[dict[str, torch.Tensor]] = []
         for start in range(0, B - mb_size + 1, mb_size):
             mb = perm[start:start + mb_size]
-            mb_adv = batch.advantages[mb]
+            mb_adv = rollout.advantages[mb]
             if config.norm_adv:
                 mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-            mb_obs = batch.obs[mb]
-            logprobs, entropy = model.log_prob_entropy(mb_obs, batch.actions[mb])
-            pg_loss, pg_info = policy_loss(logprobs, batch.logprobs[mb], mb_adv, config.clip_eps)
-            v_loss, v_info = value_loss(model.value(mb_obs), batch.values[mb], batch.returns[mb], value_clip)
+            mb_obs = rollout.obs[mb]
+            logprobs, entropy = model.log_prob_entropy(mb_obs, rollout.actions[mb])
+            pg_loss, pg_info = policy_loss(logprobs, rollout.logprobs[mb], mb_adv, config.clip_eps)
+            v_loss, v_info = value_loss(model.value(mb_obs), rollout.values[mb], rollout.returns[mb], value_clip)
             ent_loss, ent_info = entropy_loss(entropy)
             loss = pg_loss + config.vf_coef * v_loss + config.ent_coef * ent_loss
 
@@ -416,7 +289,6 @@ class PPO(AgentBase):
 
     name: ClassVar[str] = "ppo"
     config_cls: ClassVar[type] = PPOConfig
-    presets: ClassVar[dict[str, Preset]] = PRESETS
     config: PPOConfig
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | dict | None = None,
@@ -428,24 +300,15 @@ class PPO(AgentBase):
         if self.discrete:
             act_dim, self.action_shape, self.action_dtype = int(action_space.n), (), torch.int64
         else:
-            act_dim = int(np.prod(action_space.shape))
-            self.action_shape, self.action_dtype = (act_dim,), torch.float32
-            low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device).reshape(-1)
-            high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device).reshape(-1)
-            bounded = torch.isfinite(low) & torch.isfinite(high)
             # env action = clamp(bias + scale * u, low, high): the unit box maps onto bounded dims
             # (clamping there is clipping u to [-1, 1]); unbounded dims pass u through.
-            self.action_scale = torch.where(bounded, (high - low) / 2, torch.ones_like(low))
-            self.action_bias = torch.where(bounded, (high + low) / 2, torch.zeros_like(low))
-            self.action_low, self.action_high = low, high
+            bounds = action_bounds("PPO", action_space, finite=False)
+            act_dim = int(bounds.low.numel())
+            self.action_shape, self.action_dtype = (act_dim,), torch.float32
+            self.action_low, self.action_high, self.action_scale, self.action_bias = (
+                x.to(self.device) for x in bounds)
         self.model = ActorCritic(self.obs_dim, act_dim, self.discrete, self.config).to(self.device)
-        # Fused Adam (one kernel for all parameters) takes ~10% off a small-MLP update on the CPU;
-        # torch < 2.4 has it for CUDA only, so fall back to the multi-tensor path there.
-        adam = dict(lr=self.config.learning_rate, eps=self.config.adam_eps)
-        try:
-            self.optimizer = torch.optim.Adam(self.model.parameters(), fused=True, **adam)
-        except RuntimeError:
-            self.optimizer = torch.optim.Adam(self.model.parameters(), foreach=True, **adam)
+        self.optimizer = make_adam(self.model.parameters(), lr=self.config.learning_rate, eps=self.config.adam_eps)
         self.obs_rms = RunningMeanStd((self.obs_dim,)).to(self.device)
         self.return_rms = RunningMeanStd(()).to(self.device)
         self.generator = torch.Generator(device=self.device)
@@ -593,19 +456,19 @@ class PPO(AgentBase):
             # 5. GAE, bootstrapping truncated steps from V(final_obs) (see compute_gae).
             advantages, returns = compute_gae(rewards, values, next_values, buf.terminated, buf.truncated,
                                               cfg.gamma, cfg.gae_lambda)
-            batch = Batch(obs=b_obs, actions=buf.actions.reshape(T * N, *self.action_shape),
-                          logprobs=buf.logprobs.reshape(-1), values=values.reshape(-1),
-                          advantages=advantages.reshape(-1), returns=returns.reshape(-1))
+            rollout = Rollout(obs=b_obs, actions=buf.actions.reshape(T * N, *self.action_shape),
+                              logprobs=buf.logprobs.reshape(-1), values=values.reshape(-1),
+                              advantages=advantages.reshape(-1), returns=returns.reshape(-1))
 
         # 6. update_epochs passes of shuffled minibatch updates.
-        info = ppo_update(self.model, self.optimizer, batch, cfg, self.generator)
+        info = ppo_update(self.model, self.optimizer, rollout, cfg, self.generator)
         self.global_step += T * N
 
         # 7. Metrics, with one host sync.
         with torch.no_grad():
             # Fraction of the return variance the critic explains before the update: 1 is perfect.
-            var_returns = batch.returns.var()
-            info["charts/explained_variance"] = 1 - (batch.returns - batch.values).var() / var_returns.clamp_min(1e-8)
+            var_returns = rollout.returns.var()
+            info["charts/explained_variance"] = 1 - (rollout.returns - rollout.values).var() / var_returns.clamp_min(1e-8)
         metrics = {k: float(v) for k, v in zip(info, torch.stack(list(info.values())).tolist())}
         metrics["env_steps"] = float(T * N)
         metrics["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
@@ -652,5 +515,14 @@ class PPO(AgentBase):
         self._apply_lr()
 
 
-__all__ = ["PPO", "PPOConfig", "PRESETS", "Preset", "ActorCritic", "RolloutBuffer", "Batch", "compute_gae",
+def __getattr__(name: str) -> Any:
+    """``Batch``, this module's name for ``Rollout`` before 1.1, with a FutureWarning until 1.2."""
+    if name == "Batch":
+        warnings.warn("podracer.agents.ppo.Batch is renamed 'Rollout' (replay.Batch is the replay minibatch); "
+                      "the old name will be removed in podracer 1.2", FutureWarning, stacklevel=2)
+        return Rollout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PPO", "PPOConfig", "ActorCritic", "RolloutBuffer", "Rollout", "compute_gae",
            "discounted_returns", "policy_loss", "value_loss", "entropy_loss", "ppo_update"]

@@ -1,32 +1,56 @@
-"""Names -> agent classes, and ``make_agent``, which builds one for an env.
+"""The agent registry: names -> agent classes, presets per (agent, task), ``make_agent`` and
+``load_agent``.
 
-``make_agent("sac", env)`` builds SAC from the env's single spaces and device. The one resolver,
-``resolve_agent``, takes a registry name, an ``"module:Class"`` import path or a class; the
-checkpoint writer, ``load`` and the tournament all use it (and ``agent_name`` for the way back).
-Entries are import paths, so importing the registry does not import every algorithm.
+The top of the agents package: it imports the algorithm files, they never import it. Each class
+says its registry name (``PPO.name == "ppo"``) and the table is built from those names.
+
+``resolve_agent`` takes a registry name, a ``"module:Class"`` import path or a class; the
+checkpoint writer, ``load_agent`` and the tournament all use it (``agent_name`` goes the other
+way).
+
+Presets are data, as RL Zoo keeps its hyperparameters: YAML files of the form
+``agent -> task -> {num_envs, total_steps, provenance, config}``. The core's are in
+``podracer/presets/``; a domain registers its file when imported (``register_presets(path)``).
+The evidence behind each preset is on ``docs/results/presets.md``.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
+import yaml
 
+from podracer.agents import common
+from podracer.agents.common import AgentBase, make_config
+from podracer.agents.ddpg import DDPG
+from podracer.agents.dqn import D3QN, DQN, DoubleDQN
+from podracer.agents.ppo import PPO
+from podracer.agents.sac import SAC
+from podracer.agents.td3 import TD3
+from podracer.checkpoints import read as read_checkpoint
 from podracer.envs.base import resolve_device
 from podracer.logs import announce
-from podracer.presets import Preset, find_preset, get_preset
+from podracer.plugins import load_domains
 
-# name -> (module:Class, action space, paper). The README's agent table is built from this.
-AGENTS: dict[str, tuple[str, str, str]] = {
-    "ppo": ("podracer.agents.ppo:PPO", "Box, Discrete", "Schulman et al. 2017, arXiv:1707.06347"),
-    "sac": ("podracer.agents.sac:SAC", "Box", "Haarnoja et al. 2018, arXiv:1812.05905"),
-    "td3": ("podracer.agents.td3:TD3", "Box", "Fujimoto et al. 2018, arXiv:1802.09477"),
-    "ddpg": ("podracer.agents.ddpg:DDPG", "Box", "Lillicrap et al. 2015, arXiv:1509.02971"),
-    "dqn": ("podracer.agents.dqn:DQN", "Discrete", "Mnih et al. 2015, doi:10.1038/nature14236"),
-    "double_dqn": ("podracer.agents.dqn:DoubleDQN", "Discrete", "van Hasselt et al. 2016, arXiv:1509.06461"),
-    "d3qn": ("podracer.agents.dqn:D3QN", "Discrete", "Wang et al. 2016, arXiv:1511.06581"),
+# ---------------------------------------------------------------------------- agents
+_CLASSES: tuple[type[AgentBase], ...] = (PPO, SAC, TD3, DDPG, DQN, DoubleDQN, D3QN)
+_PAPERS = {
+    "ppo": ("Box, Discrete", "Schulman et al. 2017, arXiv:1707.06347"),
+    "sac": ("Box", "Haarnoja et al. 2018, arXiv:1812.05905"),
+    "td3": ("Box", "Fujimoto et al. 2018, arXiv:1802.09477"),
+    "ddpg": ("Box", "Lillicrap et al. 2015, arXiv:1509.02971"),
+    "dqn": ("Discrete", "Mnih et al. 2015, doi:10.1038/nature14236"),
+    "double_dqn": ("Discrete", "van Hasselt et al. 2016, arXiv:1509.06461"),
+    "d3qn": ("Discrete", "Wang et al. 2016, arXiv:1511.06581"),
 }
+# name -> (module:Class, action spaces, paper). The README's agent table is built from this.
+AGENTS: dict[str, tuple[str, str, str]] = {
+    cls.name: (f"{cls.__module__}:{cls.__qualname__}", *_PAPERS[cls.name]) for cls in _CLASSES
+}
+_BY_NAME: dict[str, type[AgentBase]] = {cls.name: cls for cls in _CLASSES}
 
 
 def import_path(path: str) -> Any:
@@ -43,14 +67,11 @@ def import_path(path: str) -> Any:
 def resolve_agent(agent: str | type) -> type:
     """The agent class for a registry name (``"ppo"``), an ``"module:Class"`` path, or a class.
     Anything that is not an agent class (a subclass of ``AgentBase``) is refused."""
-    from podracer.agents.common import AgentBase
-
     if isinstance(agent, str):
-        key = agent.lower()
         if ":" in agent:
             cls = import_path(agent)
-        elif key in AGENTS:
-            cls = import_path(AGENTS[key][0])
+        elif agent.lower() in _BY_NAME:
+            cls = _BY_NAME[agent.lower()]
         else:
             raise ValueError(f"unknown agent {agent!r}; available: {sorted(AGENTS)}, or an import path "
                              f"'package.module:Class' of your own AgentBase subclass")
@@ -70,38 +91,157 @@ def agent_name(agent: str | type) -> str:
     """The name stored for ``agent`` in checkpoints and tournament files: its registry name, else
     ``"module:Class"``. A class the pod processes or a later ``load`` could not import (defined in
     a notebook cell or a function) is an error that says how to fix it."""
-    if isinstance(agent, str):
-        cls = resolve_agent(agent)  # fail now, with the resolver's message
-        if ":" not in agent:
-            return agent.lower()
-    else:
-        cls = resolve_agent(agent)
-    path = f"{cls.__module__}:{cls.__qualname__}"
-    for name, (target, *_rest) in AGENTS.items():
-        if target == path:
-            return name
+    cls = resolve_agent(agent)  # fail now, with the resolver's message
+    if isinstance(agent, str) and ":" not in agent:
+        return agent.lower()
+    if _BY_NAME.get(cls.__dict__.get("name", "")) is cls:
+        return cls.name
     if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
         raise ValueError(f"agent class {cls.__qualname__} must be importable by name to be saved or run in pods: "
                          f"define it in a .py module (not a notebook cell or a function)")
-    return path
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
+# A checkpoint names its class by registry name or path; the base class resolves it through here.
+common.resolve_checkpoint_agent = resolve_agent
+common.checkpoint_agent_name = agent_name
+
+
+def load_agent(path: str | Path, device: str | torch.device | None = None) -> AgentBase:
+    """The agent saved at ``path`` (by ``agent.save``, ``podracer train`` or a tournament), on
+    ``device`` (default CPU, whatever device it was saved on). Its class comes from the
+    checkpoint: a registry name or ``"module:Class"``, through ``resolve_agent``. Missing,
+    truncated or altered files raise ``CheckpointError``."""
+    device = resolve_device(device or "cpu")  # a clear error for a GPU this machine does not have
+    ckpt = read_checkpoint(path, device=device)
+    return resolve_agent(ckpt["agent"]).from_checkpoint(ckpt, device)
+
+
+# ---------------------------------------------------------------------------- presets
+class Preset(NamedTuple):
+    """Settings tuned for one task: the sub-env count and training length they were tuned with,
+    the config overrides, and where they come from (one line; the evidence is on
+    ``docs/results/presets.md``)."""
+
+    num_envs: int
+    total_steps: int
+    config: dict[str, Any]
+    provenance: str = ""
+
+
+CORE_PRESETS = Path(__file__).resolve().parent.parent / "presets"  # podracer/presets/*.yaml
+_PRESETS: dict[tuple[str, str], Preset] = {}  # (agent name, task) -> Preset
+_core_loaded = False
+
+
+def register_preset(agent: str, task: str, preset: Preset) -> None:
+    """Make ``preset`` the one ``make_agent(agent, env)`` picks for envs with ``env.task == task``.
+    ``agent`` is a registry name (``"ppo"``) or ``"module:Class"``."""
+    if not isinstance(preset, Preset):
+        raise TypeError(f"preset must be a podracer.Preset(num_envs, total_steps, config), got {type(preset).__name__}")
+    _PRESETS[(agent_name(agent), task.lower())] = preset
+
+
+def register_presets(path: str | Path) -> list[tuple[str, str]]:
+    """Register every preset of a YAML file ``agent -> task -> {num_envs, total_steps, provenance,
+    config}`` (a domain package calls this on import). Returns the (agent, task) pairs. A malformed
+    entry is an error naming the file, the entry and what is wrong."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read presets file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping agent -> task -> preset, got {type(data).__name__}")
+    added = []
+    for agent, tasks in data.items():
+        for task, entry in (tasks or {}).items():
+            register_preset(agent, str(task), _preset_from_entry(entry, f"{path}: {agent}.{task}"))
+            added.append((agent_name(agent), str(task).lower()))
+    return added
+
+
+def _preset_from_entry(entry: Any, where: str) -> Preset:
+    keys = {"num_envs", "total_steps", "config", "provenance"}
+    if not isinstance(entry, dict) or not {"num_envs", "total_steps", "config"} <= set(entry) or set(entry) - keys:
+        raise ValueError(f"{where}: expected the keys num_envs, total_steps, config and optionally provenance, "
+                         f"got {sorted(entry) if isinstance(entry, dict) else entry!r}")
+    # YAML has no tuples: a list (hidden_sizes: [64, 64]) becomes the tuple the configs hold.
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in (entry["config"] or {}).items()}
+    text = sorted(k for k, v in config.items() if isinstance(v, str) and _looks_numeric(v))
+    if text:  # YAML 1.1 reads 3e-4 (no decimal point) as a string
+        raise ValueError(f"{where}: {text} read as text; write floats with a decimal point (3.0e-4, not 3e-4)")
+    return Preset(int(entry["num_envs"]), int(entry["total_steps"]), config, str(entry.get("provenance", "")))
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _table(load_all: bool = False) -> dict[tuple[str, str], Preset]:
+    """The registered presets, the core's files read on first use; ``load_all`` imports the
+    installed domains first (which register theirs)."""
+    global _core_loaded
+    if not _core_loaded:
+        _core_loaded = True
+        for file in sorted(CORE_PRESETS.glob("*.yaml")):
+            register_presets(file)
+    if load_all:
+        load_domains()
+    return _PRESETS
+
+
+def find_preset(agent: str | type, task: str | None) -> Preset | None:
+    """The preset for ``agent`` on ``task``, or None when there is none (or no task)."""
+    if task is None:
+        return None
+    key = (agent_name(agent), task.lower())
+    return _table().get(key) or _table(load_all=True).get(key)
+
+
+def get_preset(agent: str | type, task: str) -> Preset:
+    """The preset for ``agent`` on ``task``; an unknown one is an error listing what exists."""
+    found = find_preset(agent, task)
+    if found is None:
+        name = agent_name(agent)
+        have = sorted(t for a, t in _table(load_all=True) if a == name)
+        raise ValueError(f"no {name} preset {task!r}; {name} has {have or 'none'} "
+                         f"(podracer.presets() lists every agent's)")
+    return found
+
+
+def presets(agent: str | type | None = None) -> Any:
+    """A table of the presets (a pandas DataFrame): one row per (agent, task) with ``num_envs``,
+    ``total_steps``, the ``config`` overrides and their ``provenance``. The installed domains'
+    presets are included (each registers its file when imported)."""
+    import pandas as pd  # only here: the table is for people, training does not need pandas
+
+    name = agent_name(agent) if agent is not None else None
+    rows = [{"agent": a, "task": t, "num_envs": p.num_envs, "total_steps": p.total_steps, "config": dict(p.config),
+             "provenance": p.provenance}
+            for (a, t), p in sorted(_table(load_all=True).items()) if name is None or a == name]
+    return pd.DataFrame(rows, columns=["agent", "task", "num_envs", "total_steps", "config", "provenance"])
+
+
+# ---------------------------------------------------------------------------- make_agent
 def make_agent(agent: str | type, env: Any, device: str | torch.device | None = None, seed: int | None = None,
                preset: str | None = "auto", verbose: bool = True, **config: Any) -> Any:
     """Build an agent for ``env`` from its single spaces, on its device.
 
     - ``preset="auto"``: when ``env.task`` names a task with a preset for this agent (the envs
-      Podracer ships: ``make_env("pendulum")``, ``make_env("cartpole")``, the stock env), use it
-      and say so (logger ``"podracer"``; ``verbose=False`` keeps quiet). ``preset="pendulum"``
-      picks one by name; ``preset=None`` uses the config's defaults. ``agent.preset`` holds the
-      ``Preset`` used (its ``num_envs`` and ``total_steps`` too), or None.
+      Podracer's packages register: ``make_env("pendulum")``, ``make_env("cartpole")``, the
+      domains' envs), use it and say so (logger ``"podracer"``; ``verbose=False`` keeps quiet).
+      ``preset="pendulum"`` picks one by name; ``preset=None`` uses the config's defaults.
+      ``agent.preset`` holds the ``Preset`` used (its ``num_envs`` and ``total_steps`` too), or None.
     - Keyword arguments override config fields (on top of the preset); an unknown one is an error
       that lists the valid fields.
     - ``seed`` seeds this agent only (initial weights and the agent's own generator); torch's
       global random state is left as it was.
     """
-    from podracer.agents.common import make_config
-
     cls = resolve_agent(agent)
     name = agent_name(cls) if isinstance(agent, type) else agent_name(agent)
     missing = [a for a in ("num_envs", "single_observation_space", "single_action_space", "device")
@@ -139,3 +279,7 @@ def _announce(agent: str, task: str, preset: Preset, num_envs: int, overrides: d
     envs = "" if num_envs == preset.num_envs else f" (tuned with num_envs={preset.num_envs}; this env has {num_envs})"
     announce(f"podracer: {agent} uses preset {task!r}{extra}{envs}; budget {preset.total_steps:,} env steps. "
              f"preset=None for plain defaults")
+
+
+__all__ = ["AGENTS", "Preset", "agent_name", "find_preset", "get_agent_class", "get_preset", "import_path",
+           "load_agent", "make_agent", "presets", "register_preset", "register_presets", "resolve_agent"]

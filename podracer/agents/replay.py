@@ -9,7 +9,7 @@ host.
 Timeouts: ``next_obs`` must be the env's ``info["final_obs"]`` (dense in Podracer: equal to
 ``obs`` where the sub-env did not end), never the auto-reset observation, and only
 ``terminated`` is stored as the "done" flag. A truncated step therefore bootstraps from
-``gamma * Q(final_obs)``, a terminated one does not (DESIGN.md, "the env protocol").
+``gamma * Q(final_obs)``, a terminated one does not (the env protocol, ``podracer/envs/base.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from podracer.agents.common import deprecated_alias, restore_generator
 
 
 class Batch(NamedTuple):
-    """A minibatch of transitions; B is the batch size."""
+    """A minibatch of replayed transitions; B is the batch size. (PPO's flattened on-policy
+    rollout is another thing, ``ppo.Rollout``.)"""
 
     obs: torch.Tensor  # (B, obs_dim)
     actions: torch.Tensor  # (B, *action_shape)

@@ -19,7 +19,7 @@ Our deviations and choices:
 - Warm-up (uniform random actions) lasts until the replay buffer has collected
   ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
   batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.collect_and_update``).
+  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
 - The two critics are one ensemble network (batched matmuls), not two modules: same maths,
   half the kernel launches.
 - Critics, actor and temperature step together: their three losses are summed, one backward
@@ -29,25 +29,20 @@ Our deviations and choices:
   (not after) this update's critic step. Fewer, larger kernels: this is what makes small
   networks fast on a CPU.
 - The log-std is squashed into [-5, 2] with a tanh (as CleanRL) rather than hard-clipped.
-- ``PRESETS`` holds per-task settings tuned for speed on batched envs (see there).
+- Presets tuned for speed on batched envs are data: ``podracer/presets/sac.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from podracer.agents.common import (AgentBase, Preset, QEnsemble, deprecated_alias, mlp, preset_config,
-                                    soft_update)
-from podracer.agents.offpolicy import (box_bounds, check_config, collect_and_update, explore_box, init_replay,
-                                         load_offpolicy_state, offpolicy_state, push_learning_rates)
+from podracer.agents.common import ActionBounds, QEnsemble, mlp, soft_update, target_net
+from podracer.agents.offpolicy import OffPolicyAgent, check_offpolicy_config, critic_loss, td_target
 from podracer.agents.replay import Batch
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -74,65 +69,21 @@ class SACConfig:
 
     aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "SACConfig":
-        """The tuned config for ``name`` (a key of ``PRESETS``), with ``overrides`` on top."""
-        return preset_config(cls, "SAC", PRESETS, name, overrides)
-
     def __post_init__(self) -> None:
-        check_config(self, positive=("actor_lr", "critic_lr", "alpha_lr"))
+        check_offpolicy_config(self, positive=("actor_lr", "critic_lr", "alpha_lr"))
         if self.alpha < 0 or (self.autotune and self.alpha == 0):
             raise ValueError(f"alpha must be >= 0 (> 0 with autotune), got {self.alpha}")
 
 
-# RL Zoo's SAC for the MuJoCo v4 tasks (hyperparams/sac.yml: Stable-Baselines3's defaults with
-# learning_starts 10000; 1M steps, Humanoid 2M). SB3's ``ent_coef="auto"`` starts α at 1.0; its
-# ``train_freq=1, gradient_steps=1`` is one update per env step.
-RL_ZOO_MUJOCO = dict(hidden_sizes=(256, 256), actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, alpha=1.0,
-                     batch_size=256, buffer_size=1_000_000, learning_starts=10_000, updates_per_step=1.0,
-                     gamma=0.99, tau=0.005)
-# HalfCheetah-v5, tuned here (one torch thread, envpool, 8 sub-envs): RL Zoo's recipe with (128, 128)
-# networks, 1e-3 learning rates, batches of 128 and 2,000 warm-up transitions (not 10,000), one
-# update per transition. Deterministic eval return (4 episodes; random policy about -300,
-# untrained about 0): after 20k env steps, seeds 0-2: 1182, 2971, 1178 (~40 s on one core,
-# tests/test_locomotion.py); after 25k-30k, seeds 0, 1: 2685-3813. Worse, seed 0: (256, 256) at
-# lr 1e-3 and 0.25 updates per transition: 20 at 20k, 699 at 30k; (128, 128), batch 256, 0.5
-# updates: 478 at 20k, 736 at 30k.
-# A short budget on a CPU, not a converged policy: it is still rising at 30k (RL Zoo trains 1M).
-HALFCHEETAH_STEPS = 30_000
-HALFCHEETAH = dict(hidden_sizes=(128, 128), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, batch_size=128,
-                   learning_starts=2_000, updates_per_step=1.0, buffer_size=1_000_000)
-
-
-# Tuned on this project's tensor envs (2-core CPU, one torch thread): smaller networks, larger
-# learning rates than the paper, two updates per transition on small batches. Use as
-# ``make_agent("sac", PendulumVecEnv(p.num_envs), **p.config)``; tests/test_offpolicy.py checks it
-# reaches > -250 and benchmarks/offpolicy_pendulum.py times it against Stable-Baselines3.
-PRESETS: dict[str, Preset] = {
-    "pendulum": Preset(num_envs=8, total_steps=10_000, config=dict(
-        hidden_sizes=(64, 64), actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3, batch_size=128, updates_per_step=2.0,
-        learning_starts=400, num_steps=25, buffer_size=100_000)),
-    # MuJoCo locomotion (``locomotion.make_env``, gymnasium v5 tasks). HalfCheetah is tuned and
-    # verified here (see its comment); the other four are RL Zoo's SAC settings for the v4 tasks,
-    # translated to our names and NOT run here: untuned starting points.
-    "halfcheetah": Preset(num_envs=8, total_steps=HALFCHEETAH_STEPS, config=dict(HALFCHEETAH)),
-    **{task: Preset(num_envs=1, total_steps=steps, config=dict(RL_ZOO_MUJOCO))
-       for task, steps in (("ant", 1_000_000), ("hopper", 1_000_000), ("walker2d", 1_000_000),
-                           ("humanoid", 2_000_000))},
-}
-
-
 # ---------------------------------------------------------------------------- networks
-
 class SquashedGaussianActor(nn.Module):
     """pi(a|s): Gaussian in pre-tanh space, squashed by tanh and scaled to [low, high]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: tuple[int, ...], low: np.ndarray, high: np.ndarray):
+    def __init__(self, obs_dim: int, hidden_sizes: tuple[int, ...], bounds: ActionBounds):
         super().__init__()
-        self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation=nn.ReLU, orthogonal=False)
-        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
-        self.register_buffer("action_scale", (high_t - low_t) / 2)  # s
-        self.register_buffer("action_bias", (high_t + low_t) / 2)  # c
+        self.net = mlp(obs_dim, hidden_sizes, 2 * bounds.low.numel(), activation=nn.ReLU, orthogonal=False)
+        self.register_buffer("action_scale", bounds.scale.clone())  # s
+        self.register_buffer("action_bias", bounds.bias.clone())  # c
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(obs).chunk(2, dim=-1)
@@ -159,35 +110,22 @@ class SquashedGaussianActor(nn.Module):
 class SACModel(nn.Module):
     """Everything SAC learns, in one module so it moves and saves together."""
 
-    def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig, low: np.ndarray, high: np.ndarray):
+    def __init__(self, obs_dim: int, cfg: SACConfig, bounds: ActionBounds):
         super().__init__()
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.hidden_sizes, low, high)
+        act_dim = bounds.low.numel()
+        self.actor = SquashedGaussianActor(obs_dim, cfg.hidden_sizes, bounds)
         self.critic = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes)
-        self.critic_target = QEnsemble(obs_dim, act_dim, cfg.hidden_sizes)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.critic_target = target_net(QEnsemble(obs_dim, act_dim, cfg.hidden_sizes), self.critic)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha) if cfg.alpha > 0 else -math.inf))
 
 
 # ---------------------------------------------------------------------------- losses
-def td_target(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
-              gamma: float) -> torch.Tensor:
-    """y = r + gamma * (1 - terminated) * V(s'): a timeout (truncated, not terminated) bootstraps."""
-    return rewards + gamma * (~terminated).to(rewards.dtype) * next_values
-
-
 @torch.no_grad()
 def soft_value(model: SACModel, next_obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """V(s') = min_k Q'_k(s', a') - alpha * log pi(a'|s'), a' ~ pi(.|s'): (B,)."""
     next_actions, next_logprob = model.actor.sample(next_obs, generator)
     q_next = model.critic_target(next_obs, next_actions).min(dim=0).values
     return q_next - model.log_alpha.exp() * next_logprob
-
-
-def critic_loss(critic: QEnsemble, batch: Batch, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    q = critic(batch.obs, batch.actions)  # (K, B)
-    loss = (q - targets).pow(2).mean(dim=1).sum()
-    return loss, {"loss/critic": loss.detach(), "charts/q_mean": q.detach().mean()}
 
 
 def actor_loss(model: SACModel, obs: torch.Tensor, generator: torch.Generator
@@ -204,63 +142,48 @@ def alpha_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: f
     return loss, {"loss/alpha": loss.detach()}
 
 
-# ---------------------------------------------------------------------------- update
-def update(model: SACModel, optimizer: torch.optim.Optimizer, batch: Batch, cfg: SACConfig, target_entropy: float,
-           generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """One gradient step on critics, actor and (with autotune) temperature, then the targets."""
-    targets = td_target(batch.rewards, batch.terminated, soft_value(model, batch.next_obs, generator), cfg.gamma)
-    loss, info = critic_loss(model.critic, batch, targets)
-    loss_pi, info_pi = actor_loss(model, batch.obs, generator)
-    loss = loss + loss_pi
-    logprob = info_pi.pop("logprob")
-    info.update(info_pi)
-    if cfg.autotune:
-        loss_alpha, info_alpha = alpha_loss(model.log_alpha, logprob, target_entropy)
-        loss = loss + loss_alpha
-        info.update(info_alpha)
-    # Disjoint parameters per loss (see the module docstring), so one backward gives each its own gradient.
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    soft_update(model.critic_target, model.critic, cfg.tau)
-    info["charts/alpha"] = model.log_alpha.detach().exp()
-    return info
-
-
 # ---------------------------------------------------------------------------- agent
-def make_optimizer(model: SACModel, cfg: SACConfig, device: torch.device) -> torch.optim.Adam:
-    """One Adam over three named parameter groups; the fused kernel does the step in one launch."""
-    groups = [{"name": "actor", "params": list(model.actor.parameters()), "lr": cfg.actor_lr},
-              {"name": "critic", "params": list(model.critic.parameters()), "lr": cfg.critic_lr},
-              {"name": "alpha", "params": [model.log_alpha], "lr": cfg.alpha_lr}]
-    return torch.optim.Adam(groups, fused=device.type in ("cpu", "cuda"))
-
-
-class SAC(AgentBase):
-    """SAC for Box action spaces. See the module docstring for the algorithm."""
+class SAC(OffPolicyAgent):
+    """SAC for Box action spaces. See the module docstring for the algorithm; replay, warm-up,
+    collection and state come from ``OffPolicyAgent``."""
 
     name: ClassVar[str] = "sac"
     config_cls: ClassVar[type] = SACConfig
-    presets: ClassVar[dict[str, Preset]] = PRESETS
     config: SACConfig
-    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
-    nets = deprecated_alias("model")
-    optim = deprecated_alias("optimizer")
-    rng = deprecated_alias("generator")
-    env_steps = deprecated_alias("global_step")
+    model: SACModel
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: SACConfig | dict | None = None,
-                 device: str | torch.device = "cpu"):
-        super().__init__(observation_space, action_space, config, device)
-        low, high = box_bounds("SAC", action_space)
+    def build_model(self) -> SACModel:
         cfg = self.config
-        self.act_dim = int(low.size)
         self.target_entropy = float(-self.act_dim if cfg.target_entropy is None else cfg.target_entropy)
-        self.model = SACModel(self.obs_dim, self.act_dim, cfg, low, high).to(self.device)
-        self.optimizer = make_optimizer(self.model, cfg, self.device)
-        init_replay(self, (self.act_dim,), torch.float32)
-        self.low = torch.as_tensor(low, device=self.device)
-        self.high = torch.as_tensor(high, device=self.device)
+        return SACModel(self.obs_dim, cfg, self.bounds)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Three named groups in one Adam; the fused kernel does the step in one launch."""
+        m, cfg = self.model, self.config
+        return [{"name": "actor", "params": m.actor.parameters(), "lr": cfg.actor_lr},
+                {"name": "critic", "params": m.critic.parameters(), "lr": cfg.critic_lr},
+                {"name": "alpha", "params": [m.log_alpha], "lr": cfg.alpha_lr}]
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One gradient step on critics, actor and (with autotune) temperature, then the targets."""
+        m, cfg = self.model, self.config
+        targets = td_target(batch.rewards, batch.terminated, soft_value(m, batch.next_obs, self.generator), cfg.gamma)
+        loss, info = critic_loss(m.critic(batch.obs, batch.actions), targets)
+        loss_pi, info_pi = actor_loss(m, batch.obs, self.generator)
+        loss = loss + loss_pi
+        logprob = info_pi.pop("logprob")
+        info.update(info_pi)
+        if cfg.autotune:
+            loss_alpha, info_alpha = alpha_loss(m.log_alpha, logprob, self.target_entropy)
+            loss = loss + loss_alpha
+            info.update(info_alpha)
+        # Disjoint parameters per loss (see the module docstring), so one backward gives each its own gradient.
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        soft_update(m.critic_target, m.critic, cfg.tau)
+        info["charts/alpha"] = m.log_alpha.detach().exp()
+        return info
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
@@ -271,24 +194,8 @@ class SAC(AgentBase):
             actions, _ = self.model.actor.sample(obs, self.generator)
         return actions.reshape(obs.shape[0], *self.action_space.shape)
 
-    def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """``num_steps`` vector steps (uniform random actions during warm-up), each followed by
-        the gradient updates it is owed (``updates_per_step`` per transition)."""
-        cfg = self.config
-        return collect_and_update(self, env, obs, functools.partial(explore_box, self),
-                                  lambda batch: update(self.model, self.optimizer, batch, cfg,
-                                                       self.target_entropy, self.generator))
-
-    # -- persistence and hyperparameters
-    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
-        return offpolicy_state(self, include_buffer)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_offpolicy_state(self, state)
-
     def set_hparams(self, **hparams: Any) -> None:
         super().set_hparams(**hparams)
-        push_learning_rates(self.optimizer, self.config)
         if "alpha" in hparams:  # restart the temperature there (autotune keeps adapting it)
             with torch.no_grad():
                 self.model.log_alpha.fill_(math.log(self.config.alpha))

@@ -66,14 +66,20 @@ class GymVecEnvAdapter:
         return f"GymVecEnvAdapter({self.vec_env}, device={self.device})"
 
 
-def make_gym_env(env_id: str | Callable[[], gym.Env], num_envs: int = 1, device: str | torch.device = "cpu",
-                 vectorization_mode: str = "sync", **kwargs: Any) -> GymVecEnvAdapter:
-    """``gym.make_vec`` with same-step autoreset, wrapped into the tensor protocol."""
+def same_step_vector_env(env_id: str | Callable[[], gym.Env], num_envs: int = 1, vectorization_mode: str = "sync",
+                         **kwargs: Any) -> gym.vector.VectorEnv:
+    """A gymnasium vector env with same-step autoreset (the protocol's), from a registered id
+    (``gym.make_vec``, ``kwargs`` to the env) or an env constructor. The one place both
+    ``make_gym_env`` and a domain's gymnasium-backed envs build one."""
     vector_kwargs = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     if callable(env_id):
         cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
-        vec = cls([env_id] * num_envs, **vector_kwargs)
-    else:
-        vec = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
-                           vector_kwargs=vector_kwargs, **kwargs)
-    return GymVecEnvAdapter(vec, device=device)
+        return cls([env_id] * num_envs, **vector_kwargs)
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
+                        vector_kwargs=vector_kwargs, **kwargs)
+
+
+def make_gym_env(env_id: str | Callable[[], gym.Env], num_envs: int = 1, device: str | torch.device = "cpu",
+                 vectorization_mode: str = "sync", **kwargs: Any) -> GymVecEnvAdapter:
+    """``gym.make_vec`` with same-step autoreset, wrapped into the tensor protocol."""
+    return GymVecEnvAdapter(same_step_vector_env(env_id, num_envs, vectorization_mode, **kwargs), device=device)

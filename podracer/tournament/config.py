@@ -1,7 +1,7 @@
 """``TournamentConfig``: every setting of a tournament, saved as YAML in its store so that a run
 can be reproduced (and resumed) from the store alone. Also the small helpers that turn env
 factories into names a YAML file and a freshly spawned process can resolve, and the list of
-the code a store may name without the caller's say-so (``TRUSTED_CALLABLES``).
+the code a store may name without the caller's say-so (``trusted_factories``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from podracer.agents.registry import AGENTS, agent_name, import_path, resolve_agent
+from podracer.envs.registry import env_factories
+from podracer.plugins import load_domains
 from podracer.tournament.selection import SELECTIONS
 
 __all__ = ["BACKENDS", "RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "agent_name", "callable_name",
-           "callable_spec", "check_picklable", "check_trusted", "import_path", "resolve_agent", "resolve_callable"]
+           "callable_spec", "check_picklable", "check_trusted", "import_path", "register_factory", "resolve_agent",
+           "resolve_callable", "trusted_factories"]
 
 # Fields that may differ between two runs on the same store (resuming with a bigger budget or
 # more pods is fine); any other difference means a different experiment and is refused.
@@ -248,17 +251,32 @@ def resolve_callable(spec: dict[str, Any]) -> Callable[[], Any]:
 # "posix:system", say), so Tournament.from_store treats it like a checkpoint, as untrusted input:
 # the factories below and the registry's agents run freely; anything else only when the caller
 # allows it by name. Keep this the one list.
+# The core's own factories; domains add theirs with register_factory when imported, and every
+# factory given to podracer.register_env is trusted too (it is code the installed packages run).
 TRUSTED_CALLABLES: frozenset[str] = frozenset({
-    "podracer.envs:make_env",  # podracer.make_env: a shipped tensor env or a registered gymnasium id
+    "podracer.envs:make_env",  # podracer.make_env: a registered env or a registered gymnasium id
     "podracer:make_env",
+    "podracer.envs.registry:make_env",
     "podracer.envs.pendulum:PendulumVecEnv",
     "podracer.envs.cartpole:CartPoleVecEnv",
-    "finance.env:StockTradingVecEnv",
-    "finance.demo:train_env",  # the trading demo (make demo, finance.demo --backend ray)
-    "finance.demo:eval_env",
-    "locomotion.make:make_env",  # locomotion.make_env: its keyword arguments only reach gym.make / envpool
-    "locomotion:make_env",
 })
+_REGISTERED_FACTORIES: set[str] = set()
+
+
+def register_factory(factory: str | Callable[..., Any]) -> None:
+    """Trust ``factory`` (a function or class, or its ``"module:qualname"``) as an env factory a
+    store's tournament.yaml may name: a domain package calls this when imported for the factories
+    its tournaments store (the trading demo's ``train_env``, say). Register only code that builds
+    envs from plain arguments; a store can pass it any arguments."""
+    _REGISTERED_FACTORIES.add(callable_name(factory))
+
+
+def trusted_factories(load: bool = True) -> frozenset[str]:
+    """Every env factory a store may name without ``allow=``: the core's, the registered envs'
+    and those registered by the installed domains (imported here first unless ``load=False``)."""
+    if load:
+        load_domains()
+    return TRUSTED_CALLABLES | _REGISTERED_FACTORIES | {callable_name(f) for f in env_factories()}
 
 
 def callable_name(obj: str | Callable[..., Any]) -> str:
@@ -285,7 +303,10 @@ def check_trusted(what: str, name: str, source: str | Path, allow: Iterable[str 
     """Refuse to run ``name`` (``"module:qualname"``), which ``source`` names as ``what``, unless
     it is trusted (``TRUSTED_CALLABLES``; for ``what="agent"`` a registry agent) or in ``allow``."""
     allowed = {callable_name(a) for a in allow}
-    trusted = _trusted_agent(name) if what == "agent" else name in TRUSTED_CALLABLES
+    if what == "agent":
+        trusted = _trusted_agent(name)
+    else:  # import the installed domains only when the name is not known yet
+        trusted = name in trusted_factories(load=False) or name in trusted_factories()
     if trusted or name in allowed:
         return
     source = Path(source)

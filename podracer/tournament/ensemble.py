@@ -1,6 +1,6 @@
 """A policy that combines several agents: the mean action for Box spaces, a majority vote for
 Discrete ones. It is used anywhere a policy is: ``ensemble(obs)``, ``ensemble.act(obs,
-deterministic=True)``, ``podracer.evaluate(ensemble, env)``, ``finance.backtest(ensemble, ...)``.
+deterministic=True)``, ``podracer.evaluate(ensemble, env)``, a domain's backtest.
 """
 
 from __future__ import annotations

@@ -145,9 +145,9 @@ class Pod:
         seed_everything(seed)
         rng = random.Random(seed)
         agent, parent, hparams, changes = self.start_agent(rng, seed, ticket)
-        steps = 0
+        first, steps = int(getattr(agent, "global_step", 0)), 0
         for row in iterate_training(agent, self.env, self.config.generation_steps, seed=seed):
-            steps = int(row["global_step"])  # may overshoot generation_steps by part of one train_step
+            steps = int(row["global_step"]) - first  # this generation's; may overshoot by part of one train_step
         result = evaluate(agent, self.eval_env, seed=self.config.eval_seed)
         self.last = self.board.submit(
             agent, result["eval/return_mean"], score_std=result["eval/return_std"], ticket=ticket,

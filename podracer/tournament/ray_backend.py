@@ -27,8 +27,9 @@ starts. A pod that fails before ``pod_main`` runs (its spec cannot be unpickled:
 the user's module) gets Ray's error, with the fix, in the pods table. Each pod records its node.
 
 Which Ray: one already initialised in this process is used as it is; else ``config.address`` or
-``$RAY_ADDRESS`` is joined; else a local instance is started (dashboard off, quiet logs). The
-backend shuts down only what it started. The driver must run on a node of the cluster (the store
+``$RAY_ADDRESS`` is joined; else a local instance is started (``start_local_ray``: dashboard off,
+quiet logs; a notebook calls it to start one Ray for several tournaments). The backend shuts down
+only what it started. The driver must run on a node of the cluster (the store
 lives next to it): a Ray Client address (``ray://``) is refused.
 """
 
@@ -274,15 +275,32 @@ def connect(config: TournamentConfig) -> bool:
     address = config.address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address.startswith("ray://"):
         raise ValueError(RAY_CLIENT_REFUSED.format(address=address))
-    quiet = dict(logging_level=logging.WARNING, log_to_driver=True)
     if address is not None:
-        ray.init(address=address, **quiet)
-    else:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+    else:  # to use a `ray start` cluster on this machine instead, pass address="auto"
         pods = 1 if config.pods == "auto" else config.pods  # "auto": as many pods as this machine's CPUs
-        # address="local": a new instance, even if a `ray start` cluster runs on this machine (ray.init()
-        # would join that one and then refuse num_cpus); to use that cluster, pass address="auto".
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, pods * config.threads), include_dashboard=False,
-                 **quiet)
+        start_local_ray(num_cpus=max(os.cpu_count() or 1, pods * config.threads))
+    return True
+
+
+def start_local_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
+    """Start a local Ray instance in this process unless Ray is running in it already; True when
+    this call started it (then ``ray.shutdown()`` is yours to call), False when it kept the running one.
+
+    ``address="local"``: a new instance, even if a ``ray start`` cluster runs on this machine
+    (``ray.init()`` would join that one and then refuse ``num_cpus``). ``num_cpus`` (default: this
+    machine's CPUs) is what Ray *believes* it has, a logical resource it places actors by, not a limit
+    on what they use; ``num_gpus=0`` makes a Ray without GPU even on a machine with one (``None``:
+    Ray detects them). Dashboard off, warnings and errors only."""
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ValueError(f"num_cpus must be a whole number, at least 1, or None (this machine's CPUs), "
+                         f"got {num_cpus!r}")
+    if num_gpus is not None and (isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 0):
+        raise ValueError(f"num_gpus must be a whole number, 0 or more, or None (Ray detects them), got {num_gpus!r}")
+    if ray.is_initialized():
+        return False
+    ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
+             logging_level=logging.WARNING, log_to_driver=True)
     return True
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 from podracer.agents.common import make_config
 from podracer.agents.registry import agent_name, resolve_agent
 from podracer.checkpoints import CheckpointError
-from podracer.presets import get_preset
+from podracer.agents.registry import get_preset
 from podracer.tournament.backends import check_backend, make_backend
 from podracer.tournament.config import (TournamentConfig, callable_spec, check_picklable, check_trusted,
                                         resolve_callable)
@@ -102,7 +102,8 @@ class Tournament:
 
         The file is untrusted input, like a checkpoint: anyone who can write the store can edit
         it. The env factories and agent it names run only when they are Podracer's own
-        (``podracer.tournament.config.TRUSTED_CALLABLES``, the registry's agents), or the ones you
+        (``podracer.tournament.config.trusted_factories()``: the core's, the registered envs' and the
+        installed domains' factories; the registry's agents), or the ones you
         name in ``allow`` (``"mypkg.envs:make_env"``, or the function or class itself); passing
         ``make_env=...`` yourself allows that factory too. Anything else is refused before it is
         imported, with an error naming it."""
