@@ -1,11 +1,12 @@
 """Time and env steps to a deterministic eval return >= -250 on Pendulum: Podracer SAC / TD3 vs
 Stable-Baselines3 SAC / TD3.
 
-Podracer: ``make_agent(name, PendulumVecEnv(8), preset="pendulum")`` (each agent file's
-``PRESETS["pendulum"]``) trained by the unchanged ``podracer.train``. SB3: ``SAC("MlpPolicy")`` /
-``TD3("MlpPolicy")`` with default settings on gymnasium's ``Pendulum-v1`` (one env). Both are evaluated by ``podracer.evaluate`` every
-``--eval-every`` env steps on the same 10 episodes (``PendulumVecEnv(10)``, same dynamics as
-Pendulum-v1, reset with seed 10_000), deterministic actions; training time excludes evaluation.
+Podracer: ``make_agent(name, PendulumVecEnv(8), preset="pendulum")`` (``podracer.get_preset(name,
+"pendulum")``) trained by ``podracer.train_to_target`` (the unchanged ``podracer.train``, stopped at
+the target). SB3: ``SAC("MlpPolicy")`` / ``TD3("MlpPolicy")`` with default settings on gymnasium's
+``Pendulum-v1`` (one env). Both are evaluated by ``podracer.evaluate`` every ``--eval-every`` env
+steps on the same 10 episodes (``PendulumVecEnv(10)``, same dynamics as Pendulum-v1, reset with
+seed 10_000), deterministic actions; training time excludes evaluation.
 Both run in this process, one after the other, with the same torch thread count.
 
     .venv/bin/python benchmarks/offpolicy_pendulum.py [--seeds 0,1,2] [--threads 1]
@@ -21,8 +22,7 @@ import numpy as np
 import torch
 
 import podracer
-from podracer import evaluate, make_agent, train
-from podracer.agents import ddpg, sac, td3
+from podracer import evaluate, make_agent, train_to_target
 from podracer.envs import PendulumVecEnv
 
 TARGET = -250.0
@@ -30,20 +30,17 @@ EVAL_SEED = 10_000  # podracer.train's default eval seed
 
 
 def run_podracer(name: str, seed: int, eval_every: int, max_steps: int) -> dict[str, float]:
-    preset = {"sac": sac, "td3": td3, "ddpg": ddpg}[name].PRESETS["pendulum"]
+    preset = podracer.get_preset(name, "pendulum")
     podracer.seed_everything(seed)
     env = PendulumVecEnv(num_envs=preset.num_envs)
     agent = make_agent(name, env, seed=seed, preset="pendulum", verbose=False)
     chunk = agent.steps_per_train_step(env.num_envs)
     if eval_every % chunk:
         raise ValueError(f"--eval-every must be a multiple of the {chunk} env steps of one train_step")
-    _, history = train(agent, env, max_steps, eval_env=PendulumVecEnv(num_envs=10), eval_every=eval_every,
-                       seed=seed, progress=False, target_return=TARGET)
-    evals = history.dropna(subset=["eval/return_mean"])
-    hit = evals[evals["eval/return_mean"] >= TARGET]
-    row = hit.iloc[0] if len(hit) else evals.iloc[-1]
-    return {"steps": row["global_step"] if len(hit) else float("nan"), "train_s": row["time/train_s"],
-            "return": row["eval/return_mean"]}
+    run = train_to_target(agent, env, PendulumVecEnv(num_envs=10), TARGET, max_steps, eval_every, seed=seed)
+    # Not reached: steps nan, and the seconds of the whole run (as for SB3 below).
+    return {"steps": float(run.steps) if run.reached else float("nan"), "train_s": run.train_s,
+            "return": run.final_return}
 
 
 def run_sb3(name: str, seed: int, eval_every: int, max_steps: int) -> dict[str, float]:
