@@ -1,4 +1,4 @@
-# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`; `make check` is the fast lane.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
 # Either can be overridden: PODRACER_SIZE=full make test.
 
-.PHONY: demo test lab docs bench rllib-venv install clean
+.PHONY: demo test check lab docs bench rllib-venv install clean
 
 # The install re-runs only when the dependency files change (the stamp is newer otherwise).
 $(STAMP): pyproject.toml constraints.txt
@@ -20,8 +20,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),full) $(BIN)/python -m finance.demo
 
+# Two test lanes, both starting with the import contracts (import-linter, [tool.importlinter] in pyproject.toml).
+# `make test` is the full lane, the README's and CI's (.ci/run): every test and every lesson, in one pytest run.
+# Each lesson runs once, through its solution notebook (conftest.py says why), whose first cell runs the whole
+# lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
 test: $(STAMP)
-	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=900 -p no:cacheprovider --durations=15
+	$(BIN)/lint-imports
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15
+
+# `make check` is the fast lane while you work: the unit tests, without those marked `slow` (learning runs,
+# Ray clusters, README blocks, notebooks, the browser, the demo; see pyproject.toml). Under 3 minutes on 2 cores.
+check: $(STAMP)
+	$(BIN)/lint-imports
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider --durations=10
 
 # The notebooks open at the learning size ("full": agents visibly learn in a few minutes on a CPU).
 lab: $(STAMP)

@@ -14,8 +14,9 @@ and runs the cell after it, which calls :func:`check`::
   exercise, what the answer was and the hint.
 
 The worked answers live in ``notebooks/solutions/``, one notebook per lesson, which starts with
-``run_lesson("../NN_name.ipynb")`` and then answers each exercise; CI runs those too, so every
-check is shown to pass on a real answer.
+``run_lesson("../NN_name.ipynb")`` and then answers each exercise. CI runs the solutions, and
+through them every lesson, once (the repository's conftest.py leaves out a lesson its solution
+runs), so every lesson runs top to bottom and every check is shown to pass on a real answer.
 """
 
 from __future__ import annotations

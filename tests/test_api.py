@@ -1,8 +1,11 @@
 """The stable API: presets, make_agent's seeding and preset choice, one agent-name resolver, the one
 checkpoint writer, train's step-budget warnings, and the deprecation rule for renamed names."""
 
+import ast
+import importlib
 import logging
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,10 +23,44 @@ def _weights(agent):
 
 
 # ---------------------------------------------------------------------------- exports
-def test_public_names_are_exported_and_grouped():
-    for name in podracer.__all__:
-        assert hasattr(podracer, name), name
-    assert podracer.agents.ppo.PRESETS is podracer.agents.ppo.PPO.presets  # submodules reachable after import
+def import_groups(path: Path) -> list[list[str]]:
+    """The public names a package's ``__init__.py`` imports at top level, in groups: a comment
+    line between two imports (``# Agents: ...``) opens a new group."""
+    source = path.read_text()
+    lines = source.splitlines()
+    groups: list[list[str]] = []
+    end = 0  # the last line of the statement before
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
+            if not groups or any(line.lstrip().startswith("#") for line in lines[end:node.lineno - 1]):
+                groups.append([])
+            groups[-1] += [(a.asname or a.name).split(".")[0] for a in node.names]
+        end = node.end_lineno
+    return [[n for n in group if not n.startswith("_")] for group in groups]
+
+
+@pytest.mark.parametrize("package", ["podracer", "finance", "locomotion"])
+def test_public_names_are_exported_and_grouped(package):
+    """``__all__`` is what the package imports, nothing more or less, and in the order of its
+    commented import groups (podracer: envs, agents, one pod, many pods; finance: data, features,
+    env, backtest, ...), so the list reads as the API's table of contents."""
+    module = importlib.import_module(package)
+    groups = import_groups(Path(module.__file__))
+    imported = [name for group in groups for name in group]
+    for name in module.__all__:
+        assert hasattr(module, name), f"{package}.__all__ names {name}, which it does not have"
+    assert len(module.__all__) == len(set(module.__all__)), f"{package}.__all__ repeats a name"
+    assert sorted(set(imported) - set(module.__all__)) == [], f"{package} imports these but does not export them"
+    assert sorted(set(module.__all__) - set(imported)) == [], f"{package} exports these without importing them"
+    group_of = {name: i for i, group in enumerate(groups) for name in group}
+    order = [group_of[name] for name in module.__all__]
+    assert order == sorted(order), (
+        f"{package}.__all__ is not in the order of its import groups: "
+        f"{[(name, group_of[name]) for name in module.__all__]}")
+    if package in ("podracer", "finance"):  # (locomotion's imports are one block, no headers yet)
+        assert len(groups) >= 4 and all(groups), f"{package}: the imports should be grouped under comment headers"
+    if package == "podracer":
+        assert podracer.agents.ppo.PPO.name == "ppo"  # submodules reachable after import
 
 
 def test_old_names_keep_working_with_a_future_warning():
@@ -49,11 +86,13 @@ def test_make_agent_seed_is_local_and_reproducible():
 # ---------------------------------------------------------------------------- presets
 def test_presets_table_lists_agent_task_envs_budget_config():
     table = podracer.presets()
-    assert list(table.columns) == ["agent", "task", "num_envs", "total_steps", "config"]
+    assert list(table.columns) == ["agent", "task", "num_envs", "total_steps", "config", "provenance"]
     row = table[(table.agent == "ppo") & (table.task == "pendulum")].iloc[0]
     preset = podracer.get_preset("ppo", "pendulum")
     assert (row.num_envs, row.total_steps, row.config) == (preset.num_envs, preset.total_steps, preset.config)
     assert {"sac", "td3", "ddpg", "dqn"} <= set(table.agent)
+    assert row.provenance == preset.provenance and "8 seeds" in row.provenance  # every preset says where it comes from
+    assert (table.provenance.str.len() > 0).all()
 
 
 def test_make_agent_picks_the_preset_of_a_shipped_env_and_says_so(caplog):
@@ -209,7 +248,7 @@ def test_checkpoints_written_by_0_1_load_quietly_and_keep_training(name):
     assert agent.global_step == 64 and agent.config.hidden_sizes == (8,)
     env = CartPoleVecEnv(4) if name == "dqn" else PendulumVecEnv(4)
     _, history = podracer.train(agent, env, 64, seed=0, progress=False)
-    assert history["global_step"].iloc[-1] == 64 and agent.global_step == 128
+    assert history["global_step"].iloc[-1] == agent.global_step == 128  # the history counts over the agent's life
 
 
 def test_mismatched_envs_get_a_clear_error_not_a_shape_traceback():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from podracer.course import ExerciseFailed, check, is_unanswered
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 SOLUTIONS = NOTEBOOKS / "solutions"
+SOLVED = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
 GLOSSARY = NOTEBOOKS / "GLOSSARY.md"
 # The standard market: prepare_market's defaults (train, valid, test) and the history before them.
 STANDARD_DATES = {"2000-01-01", "2005-01-01", "2016-12-31", "2017-01-01", "2018-12-31", "2019-01-01",
@@ -95,11 +99,36 @@ def test_every_lesson_has_a_solution_that_runs_it(path):
     assert solution.exists(), f"no solutions/{path.name}"
     sources = code(solution)
     assert f'run_lesson("../{path.name}")' in sources[0], f'solutions/{path.name} should start with run_lesson("../{path.name}")'
+    calls = re.findall(r"\brun_lesson\(", "\n".join(sources))
+    assert len(calls) == 1, f"solutions/{path.name} should run its lesson once, calls run_lesson {len(calls)} times"
     lesson_checks = re.findall(r"\bcheck\(\s*\"([^\"]+)\"", "\n".join(code(path)))
     solved = re.findall(r"\bcheck\(\s*\"([^\"]+)\"", "\n".join(sources[1:]))
     assert sorted(lesson_checks) == sorted(solved), f"solutions/{path.name} should answer {lesson_checks}, has {solved}"
     for src in sources[1:]:
         assert not re.search(r"=\s*\.\.\.(\s|#|$)", src), f"solutions/{path.name} leaves a `...` answer:\n{src}"
+
+
+# ---------------------------------------------------------------------------- each lesson runs once
+def _root_conftest():
+    """The repository's conftest.py, loaded by path (``import conftest`` names tests/conftest.py)."""
+    spec = importlib.util.spec_from_file_location("_podracer_root_conftest", NOTEBOOKS.parent / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_lesson_runs_once_through_its_solution():
+    """CI executes each lesson once: its solution runs it, so collection leaves the lesson out."""
+    assert _root_conftest().lessons_run_by_solutions(NOTEBOOKS) == set(LESSONS)
+
+
+@pytest.mark.slow
+def test_nbmake_collects_the_solutions_and_not_the_lessons():
+    res = subprocess.run([sys.executable, "-m", "pytest", "notebooks", "--nbmake", "--collect-only", "-q",
+                          "-p", "no:cacheprovider"], cwd=NOTEBOOKS.parent, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    collected = sorted(line.split("::")[0] for line in res.stdout.splitlines() if ".ipynb::" in line)
+    assert collected == [p.relative_to(NOTEBOOKS.parent).as_posix() for p in SOLVED], res.stdout
 
 
 def test_glossary_defines_the_terms_the_course_links():
@@ -114,13 +143,31 @@ def test_glossary_defines_the_terms_the_course_links():
             assert anchor in anchors, f"{path.name} links GLOSSARY.md#{anchor}, which does not exist"
 
 
-@pytest.mark.parametrize("path", [p for p in LESSONS if not any(k in p.name for k in ("overfitting", "data", "interactive"))],
-                         ids=lambda p: p.name)
+def dates_in(path: Path) -> set[str]:
+    return set(re.findall(r"\b(?:19|20)\d\d-\d\d-\d\d\b", "\n".join(code(path))))
+
+
+# Every notebook trades the same market on the same dates; 05 (data), 07 (a date control) and 08
+# (walk-forward) are about changing them. Most notebooks hold no date at all (01-04, 09, 11, 12 are
+# not about markets), so the check runs on the ones that do, and the lessons that trade the
+# standard market must be among them.
+CHANGE_THE_DATES = ("05_market_data", "07_interactive_backtest", "08_overfitting")
+TRADE_THE_MARKET = ("06_trading_env.ipynb", "10_trading_tournament.ipynb")
+DATED = [p for p in LESSONS + SOLVED if dates_in(p) and not p.name.startswith(CHANGE_THE_DATES)]
+
+
+@pytest.mark.parametrize("path", DATED, ids=lambda p: p.parent.name + "/" + p.name)
 def test_same_dates_everywhere(path):
-    """Every notebook trades the same market on the same dates; 05 (data), 07 (a date control) and
-    08 (walk-forward) are about changing them."""
-    dates = set(re.findall(r"\b(?:19|20)\d\d-\d\d-\d\d\b", "\n".join(code(path))))
+    dates = dates_in(path)
     assert dates <= STANDARD_DATES, f"{path.name} uses dates {sorted(dates - STANDARD_DATES)} outside the standard split"
+
+
+def test_the_date_check_covers_the_lessons_that_trade_the_market():
+    checked = {p.relative_to(NOTEBOOKS).as_posix() for p in DATED}
+    for name in TRADE_THE_MARKET:
+        assert name in checked, f"{name} names no date: test_same_dates_everywhere would not check it"
+    for prefix in CHANGE_THE_DATES:  # the exceptions name real lessons (a rename would silently widen them)
+        assert any(p.name.startswith(prefix) for p in LESSONS), f"no lesson {prefix}*.ipynb"
 
 
 def test_run_lesson_needs_ipython():
@@ -130,6 +177,7 @@ def test_run_lesson_needs_ipython():
         run_lesson(str(LESSONS[0]))
 
 
+@pytest.mark.slow  # starts a Jupyter kernel
 def test_run_lesson_echoes_what_the_lesson_would_and_no_more(tmp_path):
     # A solution runs its lesson inside one cell; a `;` at the end of a lesson cell must still
     # hide that cell's value (IPython reads the `;` from history, which holds the outer cell).

@@ -3,6 +3,7 @@ intervals, overfitting guards, walk-forward, report."""
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from finance import demo
 
@@ -19,6 +20,7 @@ def markdown_table(text: str, heading: str) -> pd.DataFrame:
     return pd.DataFrame(rows[2:], columns=rows[0]).set_index(rows[0][0])
 
 
+@pytest.mark.slow
 def test_demo_writes_report_with_agents_baselines_guards_and_walk_forward(tmp_path):
     report = demo.main(["--out", str(tmp_path), "--size", "smoke", "--pods", "2", "--seeds", "1"])
     text = report.read_text()

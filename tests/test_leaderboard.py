@@ -158,6 +158,7 @@ def _submit_many(store: str, worker: int, attempts: int) -> None:
                          hparams={"worker": worker, "i": i}, ticket=ticket)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_keep_the_store_consistent(tmp_path):
     board = Leaderboard(tmp_path)
     board.set_budget(24)

@@ -177,6 +177,7 @@ def test_agents_build_on_it():
     assert obs.shape == (2, 11)
 
 
+@pytest.mark.slow
 def test_ppo_learns_halfcheetah_in_a_smoke_budget():
     """The ``halfcheetah`` preset (picked by ``make_agent``) for half its budget, 77,824 env steps
     (~6 s on one core): the deterministic policy runs forward where a random policy scores about
@@ -194,6 +195,7 @@ def test_ppo_learns_halfcheetah_in_a_smoke_budget():
     assert trained_return > random_return + 600 and trained_return > 300, (random_return, trained_return)
 
 
+@pytest.mark.slow
 def test_sac_learns_halfcheetah_in_a_smoke_budget():
     """SAC with the ``halfcheetah`` preset (picked by ``make_agent``) for 20k env steps on 4
     sub-envs (~40 s on one core): the deterministic policy runs forward where a random policy

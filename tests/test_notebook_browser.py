@@ -32,9 +32,10 @@ except ImportError as exc:  # a Python package we install: its absence is a brok
     raise ImportError("the browser test needs Playwright, part of the dev extra: pip install -e '.[dev]' (make test "
                       "installs it); no `playwright install` is needed, the system Chromium is used") from exc
 
-# A platform limit: the machine has no Chromium binary, which pip cannot provide.
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: apt-get install chromium (as "
-                                                         "root; .ci/run does it), or put any chromium on PATH")
+# A platform limit: the machine has no Chromium binary, which pip cannot provide. Slow: a JupyterLab and a browser.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: apt-get install chromium (as "
+                                                          "root; .ci/run does it), or put any chromium on PATH")]
 
 
 def free_port() -> int:

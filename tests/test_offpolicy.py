@@ -59,6 +59,7 @@ ENVS = {"pendulum": PendulumVecEnv, "cartpole": CartPoleVecEnv}
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name,task,stop_at,threshold", LEARNING, ids=[x[0] for x in LEARNING])
+@pytest.mark.slow
 def test_learns(name, task, stop_at, threshold, seed):
     preset = podracer.get_preset(name, task)
     env_cls = ENVS[task]

@@ -45,6 +45,7 @@ def one_thread():
 
 
 @pytest.mark.parametrize("seed", range(5) if FULL else [0])
+@pytest.mark.slow
 def test_ppo_solves_pendulum(seed: int, one_thread):
     # Evaluate about every 2,000 env steps (the benchmark's protocol) on 16 episodes.
     agent, history, eval_env = _train("pendulum", seed, target=-250.0, total_steps=podracer.get_preset("ppo", "pendulum").total_steps,
@@ -57,6 +58,7 @@ def test_ppo_solves_pendulum(seed: int, one_thread):
 
 
 @pytest.mark.parametrize("seed", range(5) if FULL else [0])
+@pytest.mark.slow
 def test_ppo_solves_cartpole(seed: int, one_thread):
     agent, history, eval_env = _train("cartpole", seed, target=475.0, total_steps=podracer.get_preset("ppo", "cartpole").total_steps,
                                       eval_every=8192)
@@ -296,6 +298,7 @@ def test_default_rollout_is_sized_to_the_sub_env_count():
 
 @pytest.mark.parametrize("seed", range(3) if FULL else [0])
 @pytest.mark.parametrize("task,threshold", [("pendulum", -700.0), ("cartpole", 150.0)])
+@pytest.mark.slow
 def test_defaults_learn_on_64_sub_envs(task: str, threshold: float, seed: int, one_thread):
     """No preset: the config defaults must learn on batched envs. With the paper's T = 2048 per
     sub-env, 64 sub-envs made 131,072 env steps per update and Pendulum stayed at the random

@@ -78,6 +78,7 @@ def assert_consistent(board: Leaderboard, budget: int) -> None:
             assert parent.hparams[name] == pytest.approx(old) and e.hparams[name] == pytest.approx(new)
 
 
+@pytest.mark.slow
 def test_ray_tournament_starts_its_own_ray_finishes_the_budget_and_leaves_a_local_store(tmp_path):
     assert not ray.is_initialized()  # the backend must start a local instance, then shut it down
     t = small_ray_tournament(tmp_path)
@@ -277,6 +278,7 @@ def _board_rows(store, sql: str) -> list[tuple]:
         return []
 
 
+@pytest.mark.slow
 def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, loopback_cluster):
     """pods="auto" on two nodes of 1 CPU: a pod on each, blocked mid-generation; the second node is
     SIGKILLed: its pod's generation is lost; once the node is back, a new pod runs there."""
@@ -347,6 +349,7 @@ def local_ray(tmp_path_factory):
         sys.modules.pop(HELD_MODULE, None)
 
 
+@pytest.mark.slow
 def test_checkpoints_travel_as_bytes_and_are_checked_on_arrival(tmp_path, local_ray):
     board = Leaderboard(tmp_path)
     server = ray.remote(ray_backend.LeaderboardServer).options(num_cpus=0).remote(str(tmp_path))
@@ -378,6 +381,7 @@ def test_checkpoints_travel_as_bytes_and_are_checked_on_arrival(tmp_path, local_
         ray.kill(server)
 
 
+@pytest.mark.slow
 def test_the_same_script_gives_the_same_kind_of_result_on_both_backends(tmp_path, local_ray):
     """Budget, lineage, best and ensemble, and the same store layout, whichever backend ran it."""
     boards = {}
@@ -404,6 +408,7 @@ def test_pods_on_node_counts_cpus_and_gpu_fractions():
 
 
 @pytest.mark.parametrize("request_", [dict(gpus_per_pod=0.5), dict(threads_per_pod=3)], ids=["gpu", "cpus"])
+@pytest.mark.slow
 def test_a_pod_no_node_can_host_is_reported_not_left_pending(tmp_path, local_ray, request_):
     config = TournamentConfig(backend="ray", **{"threads_per_pod": 1, **request_})
     with pytest.warns(RuntimeWarning, match="no node of the Ray cluster can host a pod"):
@@ -419,6 +424,7 @@ def test_a_pod_no_node_can_host_is_reported_not_left_pending(tmp_path, local_ray
         backend.close()
 
 
+@pytest.mark.slow
 def test_a_run_whose_pods_cannot_be_placed_still_stops(tmp_path, local_ray):
     """Probing found: with gpus_per_pod on a cluster without GPUs, stop() left the run waiting
     forever for pods Ray could never place. Pods that never started are now cancelled."""
@@ -433,6 +439,7 @@ def test_a_run_whose_pods_cannot_be_placed_still_stops(tmp_path, local_ray):
     assert (pods["status"] == "cancelled").all() and pods["pid"].isna().all() and len(t.board) == 0
 
 
+@pytest.mark.slow
 def test_pod_actor_killed_mid_generation_loses_nothing_on_the_board(tmp_path, local_ray):
     hold = tmp_path / "hold"
     hold.touch()  # both pods block in their first env step: mid-generation for sure
@@ -505,6 +512,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_pod_whose_code_the_workers_cannot_import_fails_with_the_fix(tmp_path, local_ray):
     """Probing found: a job started without the user's module on the workers' path ended with
     "6 pods died ... last error: exit code 1" (the spec fails to unpickle before pod_main runs)."""
@@ -520,6 +528,7 @@ def test_a_pod_whose_code_the_workers_cannot_import_fails_with_the_fix(tmp_path,
     assert "runtime_env" in res.stderr
 
 
+@pytest.mark.slow
 def test_driver_killed_then_a_new_driver_resumes_from_the_store(tmp_path, local_ray):
     """A driver on the cluster is SIGKILLed while both its pods are mid-generation: Ray ends the
     actors it owned (pods and the store's server); a new driver resumes from the store alone and

@@ -110,3 +110,18 @@ def test_a_stored_factory_of_a_domain_is_trusted_without_importing_it_first():
             print("refused", "allow=" in str(e))
     """)
     assert out.strip() == "refused True"
+
+
+def test_a_broken_domain_warns_with_its_name_and_the_others_still_load(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import podracer.plugins as plugins
+
+    eps = [EntryPoint("broken", "no_such_domain_pkg", ENTRY_POINT_GROUP),
+           EntryPoint("good", "json", ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(plugins, "entry_points", lambda group: eps if group == ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(plugins, "_loaded", {})
+    with pytest.warns(RuntimeWarning, match=r"domain 'broken' \(no_such_domain_pkg\) failed to import: "
+                                            r"ModuleNotFoundError.*reinstall"):
+        assert plugins.load_domains() == {"broken": False, "good": True}
+    assert plugins.load_domains() == {"broken": False, "good": True}  # once per process: no second warning

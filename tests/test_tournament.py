@@ -143,6 +143,7 @@ def pendulum_run(tmp_path_factory):
     return t
 
 
+@pytest.mark.slow
 def test_tournament_raises_best_score_across_generations(pendulum_run):
     frame = pendulum_run.board.to_frame()
     assert len(frame) == 9
@@ -154,6 +155,7 @@ def test_tournament_raises_best_score_across_generations(pendulum_run):
     assert_consistent(pendulum_run.board)
 
 
+@pytest.mark.slow
 def test_lineage_records_parent_and_hyperparameter_changes(pendulum_run):
     board = pendulum_run.board
     bounds = mutable_bounds(PPOConfig())
@@ -176,6 +178,7 @@ def test_lineage_records_parent_and_hyperparameter_changes(pendulum_run):
     assert chain[0].parent_id is None and chain[-1].id == best.id and len(chain) == best.generation + 1
 
 
+@pytest.mark.slow
 def test_best_and_ensemble_are_policies(pendulum_run):
     torch.set_num_threads(1)  # tiny MLPs: a second thread only contends with the other tests' processes
     board = pendulum_run.board
@@ -194,6 +197,7 @@ def test_best_and_ensemble_are_policies(pendulum_run):
     assert math.isfinite(result["eval/return_mean"]) and result["eval/length_mean"] == 200
 
 
+@pytest.mark.slow
 def test_a_finished_run_resumes_as_a_no_op(pendulum_run):
     before = [(e.id, e.checksum) for e in pendulum_run.board.entries()]
     again = Tournament.from_store(pendulum_run.store)
@@ -204,6 +208,7 @@ def test_a_finished_run_resumes_as_a_no_op(pendulum_run):
 
 
 # ---------------------------------------------------------------------------- faults and elasticity
+@pytest.mark.slow
 def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path, user_module):
     # The pods block in their first env step while `hold` exists, so the one killed is mid-generation
     # for sure (a timing guess was flaky: on a quiet machine a ~1 s generation could end first).
@@ -240,6 +245,7 @@ def test_pod_killed_mid_generation_leaves_the_board_intact(tmp_path, user_module
     assert_consistent(t.board)
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_loses_and_duplicates_nothing(tmp_path, user_module):
     # Once two entries are in, `hold` keeps the pods inside their next generation, so the Ctrl-C
     # lands mid-generation for sure.
@@ -300,6 +306,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL and re-parenting of orphans are POSIX")
+@pytest.mark.slow
 def test_driver_killed_with_sigkill_orphans_exit_and_resume_keeps_the_budget(tmp_path, user_module):
     store, hold = tmp_path / "store", tmp_path / "hold"
     hold.touch()  # the pods block in their first env step: the driver dies mid-generation for sure
@@ -370,6 +377,7 @@ def test_a_result_on_a_released_ticket_is_refused_and_the_pod_stops(tmp_path):
     assert len(t.board) == 0 and list(t.board.checkpoint_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_pods_can_be_added_and_removed_while_running(tmp_path):
     t = small_tournament(tmp_path, generations=30, pods=1)
     t.start()
@@ -393,6 +401,7 @@ def test_pods_can_be_added_and_removed_while_running(tmp_path):
     assert 1 <= len(t.board) < 60
 
 
+@pytest.mark.slow
 def test_removed_pods_that_never_started_are_cancelled_not_failed(tmp_path):
     t = small_tournament(tmp_path, generations=30, pods=1)
     t.poll_s = 0.01
@@ -412,6 +421,7 @@ def test_removed_pods_that_never_started_are_cancelled_not_failed(tmp_path):
     assert_consistent(t.board)
 
 
+@pytest.mark.slow
 def test_pods_auto_fills_the_machine_and_entries_bound_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 3)  # capacity = 3 CPUs // 1 thread per pod
     with pytest.raises(ValueError, match="entries=N"):
@@ -433,6 +443,7 @@ def test_pods_auto_fills_the_machine_and_entries_bound_the_run(tmp_path, monkeyp
     assert t2.pods == 4 and len(t2.board) == 6
 
 
+@pytest.mark.slow
 def test_a_pod_that_keeps_failing_stops_the_run_with_its_error(tmp_path):
     broken_env = functools.partial(podracer.make_env, "no-such-env", num_envs=4)  # fails inside the pod
     t = Tournament(broken_env, make_small_eval_env, pods=1, generations=2, store=tmp_path, max_failures=0)

@@ -62,6 +62,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_train_then_eval(tmp_path):
     log_dir = tmp_path / "run"
     res = _run("train", "ppo", "pendulum", "--steps", "256", "--num-envs", "8", "--seed", "1", "--log-dir",
@@ -77,6 +78,7 @@ def test_cli_train_then_eval(tmp_path):
     assert "over 3 episodes" in res.stdout
 
 
+@pytest.mark.slow
 def test_cli_errors_name_the_fix(tmp_path):
     res = _run("train", "ppo", "pendulum", "--steps", "64", "--set", "lerning_rate=1e-3", "--log-dir", str(tmp_path))
     assert res.returncode != 0 and "lerning_rate" in res.stderr and "valid fields" in res.stderr
@@ -91,6 +93,7 @@ def test_cli_errors_name_the_fix(tmp_path):
     assert res.returncode != 0 and "cannot be loaded" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_cli_accepts_module_class_agents(tmp_path):
     res = _run("train", "podracer.agents.ppo:PPO", "pendulum", "--steps", "128", "--num-envs", "8", "--log-dir",
                str(tmp_path), "--eval-episodes", "2", "--no-progress", "--set", "num_steps=16")
@@ -98,6 +101,7 @@ def test_cli_accepts_module_class_agents(tmp_path):
     assert podracer.load_agent(tmp_path / "checkpoints" / "last.pt").name == "ppo"
 
 
+@pytest.mark.slow
 def test_cli_tournament_runs_resumes_and_explains_bad_settings(tmp_path):
     store = tmp_path / "store"
     args = ("tournament", "ppo", "pendulum", "--pods", "2", "--generations", "1", "--generation-steps", "1024",

@@ -49,6 +49,7 @@ def assert_is_reset_obs(obs: torch.Tensor, env: WarpVecEnv, task: str) -> None:
 
 
 @pytest.mark.parametrize("task", TASKS)
+@pytest.mark.slow
 def test_protocol_shapes_dtypes_and_action_checks(task):
     env = make(task, 3, max_episode_steps=5)
     reference = gym.make(f"{task}-v5")

@@ -11,6 +11,10 @@ from podracer.envs.wrappers import RecordEpisodeStatistics
 
 from podracer.envs.registry import EnvFactory, env_factory, make_env, register_env, registered_envs
 
+# Stores (tournament.yaml) and pickles name make_env by its public path, which outlives the module
+# that happens to define it (as numpy sets __module__ on its public functions).
+make_env.__module__ = "podracer.envs"
+
 # The tensor envs the core ships. Domains register theirs when imported (see podracer.plugins).
 TENSOR_ENVS = {"pendulum": PendulumVecEnv, "cartpole": CartPoleVecEnv}
 for _name, _cls in TENSOR_ENVS.items():

@@ -1,0 +1,57 @@
+"""pytest set-up for the whole checkout; the tests' own fixtures are in tests/conftest.py.
+
+Each lesson runs once. A solution notebook, ``notebooks/solutions/NN_name.ipynb``, starts with
+``run_lesson("../NN_name.ipynb")`` (``podracer.course``): every code cell of the lesson executes in
+the solution's kernel, then the solution answers the exercises. Running the lesson again on its own
+would repeat the same cells, so ``pytest notebooks --nbmake`` (``make test``, CI) does not collect a
+lesson whose solution runs it: the lesson's cells execute exactly once, through its solution. A
+lesson without such a solution is still collected on its own, and a notebook named on the command
+line always runs (pytest never ignores a path it was given). tests/test_course.py checks that every
+lesson has a solution that runs it, once, first, and that collection picks the solutions only.
+
+This file sits at the root, not in notebooks/: the tests import ``from conftest import SIZE``
+(tests/conftest.py), and pytest keeps one module named ``conftest`` for directories that are not
+packages, the one it loaded last; the root's loads first, so tests/conftest.py keeps the name.
+
+Notebooks are ``slow`` (``make check`` deselects them with ``-m "not slow"``; see pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+
+
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+@functools.cache
+def lessons_run_by_solutions(notebooks: Path = NOTEBOOKS) -> frozenset[Path]:
+    """The lesson notebooks that a solution runs, once, in its first code cell."""
+    lessons = set()
+    for solution in sorted((notebooks / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        lesson = notebooks / solution.name
+        cells = _code_cells(solution)
+        calls = re.findall(r"\brun_lesson\(", "\n".join(cells))
+        if lesson.exists() and cells and f'run_lesson("../{lesson.name}")' in cells[0] and len(calls) == 1:
+            lessons.add(lesson)
+    return frozenset(lessons)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.suffix == ".ipynb" and collection_path.resolve() in lessons_run_by_solutions():
+        return True  # its solution runs it
+    return None  # no opinion: pytest's own rules (--ignore, ...) decide
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
