@@ -24,15 +24,20 @@ demo: $(STAMP)
 # `make test` is the full lane, the README's and CI's (.ci/run): every test and every lesson, in one pytest run.
 # Each lesson runs once, through its solution notebook (conftest.py says why), whose first cell runs the whole
 # lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
+# Both lanes run on WORKERS pytest processes (pytest-xdist; one per core of the 2-core CI machine). Every test is
+# single-threaded and seeded, so results do not depend on which worker runs it; tests that start process trees or
+# servers (Ray nodes, tournament pods, Jupyter kernels: every notebook, a browser) run one at a time on one worker
+# (conftest.py, PROCESSES), so no two of them race for ports, for CPUs a Ray reserves or for a kill test's timing.
+WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
-	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15 -n $(WORKERS)
 
 # `make check` is the fast lane while you work: the unit tests, without those marked `slow` (learning runs,
 # Ray clusters, README blocks, notebooks, the browser, the demo; see pyproject.toml). Under 3 minutes on 2 cores.
 check: $(STAMP)
 	$(BIN)/lint-imports
-	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider --durations=10
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider --durations=10 -n $(WORKERS)
 
 # The notebooks open at the learning size ("full": agents visibly learn in a few minutes on a CPU).
 lab: $(STAMP)

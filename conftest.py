@@ -13,7 +13,8 @@ This file sits at the root, not in notebooks/: the tests import ``from conftest 
 (tests/conftest.py), and pytest keeps one module named ``conftest`` for directories that are not
 packages, the one it loaded last; the root's loads first, so tests/conftest.py keeps the name.
 
-Notebooks are ``slow`` (``make check`` deselects them with ``-m "not slow"``; see pyproject.toml).
+Notebooks are ``slow`` (``make check`` deselects them with ``-m "not slow"``; see pyproject.toml), and
+under ``pytest -n`` they run one at a time with the other tests that start processes (below).
 """
 
 from __future__ import annotations
@@ -55,3 +56,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+
+
+# Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
+# servers run one at a time, on one worker, as one scope: Ray nodes and local Rays, tournament pods
+# (also through the CLI and the demo), Jupyter kernels (every notebook, the kernel test, the
+# browser's JupyterLab), the README blocks (one starts a Ray). Two of them at once would race for
+# ports, for the CPUs a Ray reserves, and for the kill -9 tests' timing. Every other test is its own
+# scope, spread over the workers. (A path list, not xdist_group markers: pytest-xdist 3.8's
+# loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
+PROCESSES = ("notebooks/", "tests/test_ray_backend.py", "tests/test_tournament.py", "tests/test_notebook_browser.py",
+             "tests/test_readme.py::test_readme_block_runs", "tests/test_course.py::test_run_lesson",
+             "tests/test_train.py::test_cli", "tests/test_demo.py", "tests/test_leaderboard.py::test_concurrent")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ProcessesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "processes" if nodeid.startswith(PROCESSES) else nodeid
+
+    return ProcessesTogether(config, log)

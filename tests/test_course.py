@@ -177,7 +177,7 @@ def test_run_lesson_needs_ipython():
         run_lesson(str(LESSONS[0]))
 
 
-@pytest.mark.slow  # starts a Jupyter kernel
+@pytest.mark.slow  # starts a Jupyter kernel (in the "processes" group of conftest.py under pytest -n)
 def test_run_lesson_echoes_what_the_lesson_would_and_no_more(tmp_path):
     # A solution runs its lesson inside one cell; a `;` at the end of a lesson cell must still
     # hide that cell's value (IPython reads the `;` from history, which holds the outer cell).

@@ -77,6 +77,14 @@ def test_presets_are_yaml_data_and_a_bad_file_names_the_problem(tmp_path):
     missing.write_text("ppo:\n  t:\n    num_envs: 4\n    config: {}\n")
     with pytest.raises(ValueError, match=r"missing.yaml: ppo.t: expected the keys num_envs, total_steps, config"):
         podracer.register_presets(missing)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("ppo:\n  t:\n    num_envs: 4\n    total_steps: 64\n    config: {learning_rat: 1.0e-3}\n")
+    with pytest.raises(ValueError, match=r"typo.yaml: ppo.t: unknown PPOConfig field\(s\) \['learning_rat'\]"):
+        podracer.register_presets(typo)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ppo:\n  t:\n    num_envs: 4\n    total_steps: 64\n    config: {learning_rate: -1.0}\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: ppo.t: learning_rate must be positive"):
+        podracer.register_presets(bad)
     with pytest.raises(ValueError, match="unknown agent 'nosuch'"):
         (tmp_path / "agent.yaml").write_text("nosuch:\n  t: {num_envs: 1, total_steps: 1, config: {}}\n")
         podracer.register_presets(tmp_path / "agent.yaml")

@@ -155,8 +155,15 @@ def register_presets(path: str | Path) -> list[tuple[str, str]]:
         raise ValueError(f"{path}: expected a mapping agent -> task -> preset, got {type(data).__name__}")
     added = []
     for agent, tasks in data.items():
+        config_cls = resolve_agent(agent).config_cls
         for task, entry in (tasks or {}).items():
-            register_preset(agent, str(task), _preset_from_entry(entry, f"{path}: {agent}.{task}"))
+            where = f"{path}: {agent}.{task}"
+            preset = _preset_from_entry(entry, where)
+            try:  # a typo or a bad value fails here, naming the file, not later in make_agent
+                make_config(config_cls, preset.config)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}: {e}") from None
+            register_preset(agent, str(task), preset)
             added.append((agent_name(agent), str(task).lower()))
     return added
 
