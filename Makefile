@@ -26,7 +26,7 @@ demo: $(STAMP)
 # lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
 # Both lanes run on WORKERS pytest processes (pytest-xdist; one per core of the 2-core CI machine). Every test is
 # single-threaded and seeded, so results do not depend on which worker runs it; tests that start process trees or
-# servers (Ray nodes, tournament pods, Jupyter kernels: every notebook, a browser) run one at a time on one worker
+# servers that could collide (Ray, the tournament kill tests, Jupyter kernels: every notebook, a browser) run one at a time on one worker
 # (conftest.py, PROCESSES), so no two of them race for ports, for CPUs a Ray reserves or for a kill test's timing.
 WORKERS ?= 2
 test: $(STAMP)

@@ -59,15 +59,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
-# servers run one at a time, on one worker, as one scope: Ray nodes and local Rays, tournament pods
-# (also through the CLI and the demo), Jupyter kernels (every notebook, the kernel test, the
-# browser's JupyterLab), the README blocks (one starts a Ray). Two of them at once would race for
-# ports, for the CPUs a Ray reserves, and for the kill -9 tests' timing. Every other test is its own
-# scope, spread over the workers. (A path list, not xdist_group markers: pytest-xdist 3.8's
-# loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
+# servers that could collide run one at a time, on one worker, as one scope: Ray nodes and local
+# Rays (a README block that starts one says so in its id), the tournament tests that kill pods and
+# drivers, Jupyter kernels (every notebook, the kernel test, the browser's JupyterLab). Two of them
+# at once would race for ports, for the CPUs a Ray reserves, and for the kill tests' timing. Every
+# other test is its own scope, spread over the workers. (A path list, not xdist_group markers:
+# pytest-xdist 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
 PROCESSES = ("notebooks/", "tests/test_ray_backend.py", "tests/test_tournament.py", "tests/test_notebook_browser.py",
-             "tests/test_readme.py::test_readme_block_runs", "tests/test_course.py::test_run_lesson",
-             "tests/test_train.py::test_cli", "tests/test_demo.py", "tests/test_leaderboard.py::test_concurrent")
+             "tests/test_course.py::test_run_lesson")
+
+
+def _in_processes(nodeid: str) -> bool:
+    return nodeid.startswith(PROCESSES) or (nodeid.startswith("tests/test_readme.py::") and nodeid.endswith("-ray]"))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -75,6 +78,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class ProcessesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "processes" if nodeid.startswith(PROCESSES) else nodeid
+            return "processes" if _in_processes(nodeid) else nodeid
 
     return ProcessesTogether(config, log)
