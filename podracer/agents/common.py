@@ -342,12 +342,18 @@ def checkpoint_agent_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def resolve_checkpoint_agent(name: str) -> type:
-    module, _, qualname = name.partition(":")
+def import_path(path: str) -> Any:
+    """The object named by ``"package.module:Qual.name"``."""
+    module, _, qualname = path.partition(":")
+    if not module or not qualname:
+        raise ValueError(f"expected an import path 'package.module:Name', got {path!r}")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+resolve_checkpoint_agent = import_path
 
 
 class AgentBase:

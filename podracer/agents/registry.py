@@ -16,7 +16,6 @@ The evidence behind each preset is on ``docs/results/presets.md``.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,7 +23,7 @@ import torch
 import yaml
 
 from podracer.agents import common
-from podracer.agents.common import AgentBase, make_config
+from podracer.agents.common import AgentBase, import_path, make_config
 from podracer.agents.ddpg import DDPG
 from podracer.agents.dqn import D3QN, DQN, DoubleDQN
 from podracer.agents.ppo import PPO
@@ -51,17 +50,6 @@ AGENTS: dict[str, tuple[str, str, str]] = {
     cls.name: (f"{cls.__module__}:{cls.__qualname__}", *_PAPERS[cls.name]) for cls in _CLASSES
 }
 _BY_NAME: dict[str, type[AgentBase]] = {cls.name: cls for cls in _CLASSES}
-
-
-def import_path(path: str) -> Any:
-    """The object named by ``"package.module:Qual.name"``."""
-    module, _, qualname = path.partition(":")
-    if not module or not qualname:
-        raise ValueError(f"expected an import path 'package.module:Name', got {path!r}")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def resolve_agent(agent: str | type) -> type:
