@@ -56,6 +56,17 @@ docs: $(STAMP)
 	cp notebooks/GLOSSARY.md $(DOCS)/
 	@echo "open $(DOCS)/01_first_agent.html"
 
+# reveal.js slides of the lessons (docs/slides.md), one HTML file each in build/slides/ (not committed):
+# `## ` headings start slides unless a cell's slideshow tag says otherwise. LESSONS=notebooks/02_inside_ppo.ipynb
+# for one; EXECUTE=1 runs each lesson first (at PODRACER_SIZE, default smoke) so figures appear.
+SLIDES := build/slides
+.PHONY: slides
+slides: $(STAMP)
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m podracer.course slides --out $(SLIDES) \
+	  $(if $(EXECUTE),--execute) $(or $(LESSONS),notebooks/[0-9][0-9]_*.ipynb)
+	cp notebooks/GLOSSARY.md $(SLIDES)/
+	@echo "open $(SLIDES)/00_foundations.slides.html"
+
 # FinRL's env file for benchmarks/stock_env.py: the package without its heavy dependencies,
 # in a folder of its own (never imported as a package, loaded by path).
 FINRL_DIR := $(VENV)/finrl-src

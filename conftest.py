@@ -66,6 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # other test is its own scope, spread over the workers. (A path list, not xdist_group markers:
 # pytest-xdist 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
 PROCESSES = ("notebooks/", "tests/test_ray_backend.py", "tests/test_tournament.py", "tests/test_notebook_browser.py",
+             "tests/test_storage.py", "tests/test_cluster_faults.py",
              "tests/test_course.py::test_run_lesson")
 
 

@@ -95,6 +95,7 @@ SIDE = Path(__file__).resolve().parent / "_rllib_side.py"
 DEFAULT_RLLIB_PYTHON = ROOT / ".venv" / "rllib" / "bin" / "python"
 EVAL_EVERY = {"pendulum": 2_000, "stock": 8_192}
 CAPS = {"pendulum": 240.0, "stock": 300.0}  # training seconds; --quick: a third
+AIMS = {"pendulum": 50.0, "stock": 20.0}  # RLlib's training seconds to target over ours
 COLUMNS = ["setup_s", "train_s_to_target", "total_s_to_target", "steps_to_target", "steps_per_s", "peak_rss_mb",
            "last_eval"]
 
@@ -128,14 +129,32 @@ def podracer_side(args: argparse.Namespace) -> dict[str, Any]:
         def evaluate() -> float:
             return stock_score(agent, market)
 
+    # The learner's share of the training time: the seconds spent in PPO's update (its epochs of
+    # minibatch steps), the rest being the rollouts (acting, env steps) and GAE.
+    from podracer.agents import ppo as ppo_module
+
+    update_s = [0.0]
+    ppo_update = ppo_module.ppo_update
+
+    def timed_update(*a: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        out = ppo_update(*a, **kw)
+        update_s[0] += time.perf_counter() - t
+        return out
+
+    ppo_module.ppo_update = timed_update
     clock = Clock("podracer", args.task, args.target, args.eval_every, args.cap_s, preset.total_steps, args.launched)
     clock.begin()
+    update_s_to_target = math.nan
     for row in podracer.iterate_training(agent, env, preset.total_steps, seed=args.seed):
         clock.after_update(int(row["global_step"]), evaluate)
+        if clock.reached and math.isnan(update_s_to_target):
+            update_s_to_target = update_s[0]
         if clock.done():
             break
     return clock.result(version=f"podracer {podracer.__version__}, torch {torch.__version__}",
-                        settings=f"{args.threads} torch thread(s), {preset.num_envs} sub-envs")
+                        settings=f"{args.threads} torch thread(s), {preset.num_envs} sub-envs",
+                        update_s=update_s[0], update_s_to_target=update_s_to_target)
 
 
 # ---------------------------------------------------------------------------- running a side, watching its memory
@@ -315,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{titles[task]}\n")
         print(table(rows))
         print("\n" + "; ".join(f"{r['library']}: {r['version']}, {r['settings']}" for r in rows))
+        ours = next(r for r in rows if r["library"] == "podracer")
+        if ours["reached"]:
+            print(f"Podracer's PPO update: {ours['update_s_to_target']:.2f} s of its {ours['s_to_target']:.2f} s of "
+                  f"training to target ({ours['update_s_to_target'] / ours['s_to_target']:.0%}); the rest is "
+                  f"rollouts (acting, env steps) and GAE. benchmarks/learner_bound.py times the update against "
+                  f"its bare arithmetic.")
     if not args.skip_rllib:
         print()
         for task, rows in results.items():
@@ -324,10 +349,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             s = speedups(rows)
             bound = "" if next(r for r in rows if r["library"] == "rllib")["reached"] else "at least "
-            aim = "met" if min(s["train"], s["total"]) >= 10 else "NOT met"
+            # Issue 23's aims for the training time to target: 50x on Pendulum, 20x on stocks.
+            want = AIMS[task]
+            aim = f"{want:.0f}x train-time aim " + ("met" if s["train"] >= want else "NOT met")
             print(f"{task}: Podracer reaches the target {bound}{s['train']:.1f}x faster than RLlib (start-up "
                   f"excluded), {bound}{s['total']:.1f}x (start-up included); {s['steps_per_s']:.1f}x the env "
-                  f"steps per second. 10x aim {aim}.")
+                  f"steps per second. {aim}.")
     return 0
 
 

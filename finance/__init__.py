@@ -9,7 +9,7 @@ with podracer (``finance.presets``).
 # Data: clean price panels (dates x (field, ticker)) from Yahoo, the bundled samples or a file.
 from finance.data import (FIELDS, SAMPLE_OHLCV_TICKERS, SAMPLE_TICKERS, DataError, DataUnavailableError,
                           DataWarning, load_benchmark, load_prices, synthetic_prices)
-from finance.trading_calendar import bars_per_year
+from finance.trading_calendar import CalendarWarning, bars_per_year
 
 # Features: causal indicators, the turbulence index, a scaler fitted on train, date splits;
 # prepare_market does all of it in one call.
@@ -17,13 +17,22 @@ from finance.features import (DEFAULT_INDICATORS, FeatureScaler, add_features, s
                               warmup_days)
 from finance.market import MarketData, prepare_market, relative_features
 
-# Env: the batched stock-trading task (task "stock_trading", with presets).
+# Env: the batched stock-trading task (task "stock_trading") and portfolio allocation by target
+# weights (task "portfolio"), both with presets.
 from finance.env import StockTradingVecEnv
+from finance.portfolio_env import PortfolioVecEnv
 from finance import presets as _presets
 
 # Backtest: a policy through a test period beside baselines, and the metrics table.
-from finance.backtest import (METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare,
-                              index_baseline, min_variance_weights)
+from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold,
+                              compare, drawdown_durations, index_baseline, min_variance_weights, risk_metric_names)
+
+# Market model: fill timing, cost models and margin accounts for the env (docs/trading_realism.md);
+# compare_execution backtests one policy under each.
+from finance.costs import BorrowFee, CostModel, FixedPerTrade, HalfSpread, Proportional, SqrtImpact
+from finance.env import EXECUTIONS
+from finance.execution import Margin
+from finance.market import compare_execution
 
 # Walk-forward: refit on moving training windows, trade each next window out of sample, stitch.
 from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forward
@@ -32,7 +41,13 @@ from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forwar
 # block-bootstrap confidence interval for the Sharpe ratio.
 from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_sharpe, probabilistic_sharpe_ratio,
                                  probability_of_backtest_overfitting, psr_from_moments, sharpe_ratio,
-                                 trial_returns_from_leaderboard, SharpeInterval, bootstrap_sharpe_ci)
+                                 trial_returns_from_leaderboard, SharpeInterval, bootstrap_sharpe_ci, effective_trials)
+
+# Comparing strategies: the Sharpe-difference test (Ledoit-Wolf HAC, Jobson-Korkie-Memmel), the minimum track
+# record length, Lo's autocorrelation-adjusted Sharpe ratio, and the best of N against a benchmark (Reality Check,
+# SPA, StepM).
+from finance.statistics import (SharpeDifference, SPAResult, lo_sharpe_ratio, minimum_track_record_length,
+                                sharpe_difference_test, spa_test)
 
 # The interactive backtest: one function per setting (policy, dates, cost, turbulence, cash) and its panel.
 # (ipywidgets is imported only when the panel is built.)
@@ -43,21 +58,27 @@ _presets.register()  # presets, the stock_trading env and trusted factories, wit
 __all__ = [
     # data
     "FIELDS", "SAMPLE_OHLCV_TICKERS", "SAMPLE_TICKERS", "DataError", "DataUnavailableError", "DataWarning",
-    "load_benchmark", "load_prices", "synthetic_prices", "bars_per_year",
+    "load_benchmark", "load_prices", "synthetic_prices", "bars_per_year", "CalendarWarning",
     # features
     "DEFAULT_INDICATORS", "FeatureScaler", "MarketData", "add_features", "prepare_market", "relative_features",
     "split_by_date", "turbulence", "warmup_days",
     # env
-    "StockTradingVecEnv",
+    "StockTradingVecEnv", "PortfolioVecEnv",
     # backtest
     "METRICS", "BacktestResult", "BuyAndHoldPolicy", "backtest", "buy_and_hold", "compare", "index_baseline",
-    "min_variance_weights",
+    "min_variance_weights", "BENCHMARK_METRICS", "drawdown_durations", "risk_metric_names",
+    # market model
+    "BorrowFee", "CostModel", "FixedPerTrade", "HalfSpread", "Proportional", "SqrtImpact", "EXECUTIONS", "Margin",
+    "compare_execution",
     # walk-forward
     "RebalancePolicy", "WalkForwardResult", "walk_forward",
     # overfitting
     "PBOResult", "deflated_sharpe_ratio", "expected_max_sharpe", "probabilistic_sharpe_ratio",
     "probability_of_backtest_overfitting", "psr_from_moments", "sharpe_ratio", "trial_returns_from_leaderboard",
-    "SharpeInterval", "bootstrap_sharpe_ci",
+    "SharpeInterval", "bootstrap_sharpe_ci", "effective_trials",
+    # comparing strategies
+    "SharpeDifference", "SPAResult", "lo_sharpe_ratio", "minimum_track_record_length", "sharpe_difference_test",
+    "spa_test",
     # interactive backtest
     "Controls", "interactive_backtest", "run_backtest",
 ]

@@ -20,25 +20,42 @@ day d show from day d+1); ``positions[d]`` are the shares held after day d's tra
 ``result.metrics()`` uses empyrical (``import empyrical``, the empyrical-reloaded package) on the
 per-bar simple returns, annualised with ``bars_per_year``: by default inferred from the dates by
 ``finance.trading_calendar.bars_per_year`` (252 for daily NYSE bars, 1764 hourly, 365 daily 24/7),
-252 for data without dates; an explicit number is used as given.
+252 for data without dates; an explicit number is used as given, and a calendar name
+(``bars_per_year="24/7"``) counts the dates on that calendar. ``metrics(risk_free=..., benchmark=...,
+risk=True)`` adds excess-return Sharpe and Sortino ratios, the benchmark-relative columns (excess
+return, alpha, beta, information ratio, tracking error) and the tail and drawdown columns (historical
+VaR and CVaR, longest drawdown, time to recover); ``docs/statistics.md`` defines each.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import warnings
 from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 import torch
 
-from finance.data.checks import check_dates, check_number, check_prices
-from finance.trading_calendar import resolve_bars_per_year
+from finance.data.checks import check_dates, check_number, check_numeric, check_prices
+from finance.trading_calendar import CalendarWarning, resolve_bars_per_year
 from finance.env import StockTradingVecEnv
 from podracer import as_policy
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown",
            "calmar", "turnover", "costs")
+# metrics(benchmark=...) adds these; metrics(risk=True) adds risk_metric_names(var_level).
+BENCHMARK_METRICS = ("excess_return", "alpha", "beta", "information_ratio", "tracking_error")
+VAR_LEVEL = 0.95  # historical VaR and CVaR: the worst 5% of bars
+MIN_BARS_TO_ANNUALISE = 20  # fewer returns than this (a month of days) make annual figures an extrapolation
+
+
+def risk_metric_names(var_level: float = VAR_LEVEL) -> tuple[str, ...]:
+    """The columns ``metrics(risk=True)`` adds: ``("var_95", "cvar_95", "longest_drawdown_bars",
+    "recovery_bars")`` at the default 95% level."""
+    pct = f"{var_level * 100:g}"
+    return f"var_{pct}", f"cvar_{pct}", "longest_drawdown_bars", "recovery_bars"
 
 
 # ---------------------------------------------------------------------------- the result
@@ -56,7 +73,8 @@ class BacktestResult:
         baselines: other strategies on the same dates, by name.
         bars_per_year: bars per year for annualisation; None (the default) infers it from
             ``account_value``'s dates (``finance.trading_calendar.bars_per_year``: 252 daily,
-            1764 hourly NYSE bars), 252 without dates. Holds the number used after construction.
+            1764 hourly NYSE bars), 252 without dates; a calendar name (``"24/7"``, ``"XLON"``)
+            counts the dates on that calendar. Holds the number used after construction.
     """
 
     name: str
@@ -69,6 +87,10 @@ class BacktestResult:
     bars_per_year: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.account_value, pd.Series):
+            raise TypeError(f"{self.name!r}: account_value must be a pd.Series of values indexed by date, got "
+                            f"{type(self.account_value).__name__}")
+        check_numeric(self.account_value, f"{self.name!r}'s account_value")
         self.bars_per_year = resolve_bars_per_year(self.bars_per_year, self.account_value.index)
 
     def returns(self) -> pd.Series:
@@ -88,32 +110,141 @@ class BacktestResult:
             raise ValueError(f"{self.name!r} has no trades (a plain value series)")
         return (self.trades.abs() * self.close).sum(axis=1)
 
-    def metrics(self) -> pd.Series:
+    def metrics(self, risk_free: float | pd.Series = 0.0, benchmark: "BacktestResult | pd.Series | str | None" = None,
+                *, risk: bool = False, var_level: float = VAR_LEVEL) -> pd.Series:
         """Performance of the account value, via empyrical, annualised with ``bars_per_year``.
 
-        ``cumulative_return``, ``annual_return`` (CAGR), ``annual_volatility``, ``sharpe`` and
-        ``sortino`` (risk-free 0), ``max_drawdown`` (negative), ``calmar``; ``turnover``: mean
-        per-bar traded value / account value, times ``bars_per_year`` (buy-and-hold: about 1 /
-        years); ``costs``: costs paid / initial value. The last two are NaN for plain series.
+        Always (``METRICS``): ``cumulative_return``, ``annual_return`` (CAGR), ``annual_volatility``,
+        ``sharpe`` and ``sortino`` of the returns in excess of ``risk_free``, ``max_drawdown``
+        (negative), ``calmar``; ``turnover``: mean per-bar traded value / account value, times
+        ``bars_per_year`` (buy-and-hold: about 1 / years); ``costs``: costs paid / initial value.
+        The last two are NaN for plain series. With the defaults these are today's numbers.
+
+        Args:
+            risk_free: r_f, a constant annual rate (0.04 for 4%, compounded to a per-bar
+                (1 + r_f)^(1/bars_per_year) - 1), or a Series of per-bar risk-free returns on the
+                result's dates (each bar's return of a T-bill). Enters the Sharpe, Sortino and alpha.
+            benchmark: adds ``BENCHMARK_METRICS``. A ``BacktestResult``, the name of one of this
+                result's baselines (``"index"``, ``"equal_weight"``), or a Series: prices or
+                values (every value > 0; the last one on or before each date is used) or per-bar
+                returns (any value <= 0; one on each of the result's return dates). With b the
+                benchmark's and r the strategy's per-bar returns, a = r - b:
+                ``excess_return`` = CAGR(r) - CAGR(b); ``alpha``, ``beta``: Jensen's regression
+                r - r_f = α + β (b - r_f) + ε (empyrical.alpha_beta; α annualised as
+                (1 + α)^bars_per_year - 1); ``tracking_error`` = std(a) sqrt(bars_per_year);
+                ``information_ratio`` = mean(a) / std(a) sqrt(bars_per_year).
+            risk: adds ``risk_metric_names(var_level)``: historical ``var_95``, the (1 - level)
+                quantile of per-bar returns, and ``cvar_95``, the mean of the returns at or below
+                it (empyrical; per bar, negative is a loss); ``longest_drawdown_bars``, the most
+                consecutive bars below a previous peak; ``recovery_bars``, bars from the maximum
+                drawdown's trough back to its peak's value (NaN if never regained).
+            var_level: the VaR and CVaR confidence level, in (0, 1).
+
+        Fewer than ``MIN_BARS_TO_ANNUALISE`` returns warn (``CalendarWarning``): annual figures of a
+        few bars are an extrapolation (a 2-bar series compounds one return a year's worth of times).
         """
         import empyrical  # the empyrical-reloaded package
 
         r, b = self.returns(), self.bars_per_year
+        if len(r) < MIN_BARS_TO_ANNUALISE:
+            warnings.warn(f"{self.name!r} has {len(r)} return(s); its annual return, volatility, Sharpe, Sortino and "
+                          f"Calmar extrapolate them to {b:g} bars a year and say little below "
+                          f"{MIN_BARS_TO_ANNUALISE}. Use cumulative_return, or a longer period", CalendarWarning,
+                          stacklevel=2)
+        excess = r - self._risk_free(risk_free, r.index)
         turnover = costs = float("nan")
         if self.trades is not None:
             turnover = float((self.traded_value() / self.account_value).mean() * b)
             costs = float(self.costs.sum() / self.account_value.iloc[0])
-        return pd.Series({
+        out = {
             "cumulative_return": float(empyrical.cum_returns_final(r)),
             "annual_return": float(empyrical.annual_return(r, annualization=b)),
             "annual_volatility": float(empyrical.annual_volatility(r, annualization=b)),
-            "sharpe": float(empyrical.sharpe_ratio(r, annualization=b)),
-            "sortino": float(empyrical.sortino_ratio(r, annualization=b)),
+            "sharpe": float(empyrical.sharpe_ratio(excess, annualization=b)),
+            "sortino": float(empyrical.sortino_ratio(excess, annualization=b)),
             "max_drawdown": float(empyrical.max_drawdown(r)),
             "calmar": float(empyrical.calmar_ratio(r, annualization=b)),
             "turnover": turnover,
             "costs": costs,
-        }, name=self.name)
+        }
+        if benchmark is not None:
+            out.update(self._relative_metrics(r, excess, self._benchmark_returns(benchmark, r.index)))
+        if risk:
+            out.update(self._risk_metrics(r, var_level))
+        return pd.Series(out, name=self.name)
+
+    def _risk_free(self, risk_free: float | pd.Series, dates: pd.Index) -> float | pd.Series:
+        """r_f per bar on ``dates``: a constant annual rate compounded down, or a Series aligned."""
+        if isinstance(risk_free, pd.Series):
+            rf = pd.Series(check_numeric(risk_free, "risk_free"), index=risk_free.index).reindex(dates)
+            if rf.isna().any():
+                raise ValueError(f"risk_free has no per-bar return on {int(rf.isna().sum())} of {self.name!r}'s "
+                                 f"{len(dates)} return dates (the first is {rf.index[rf.isna()][0]}); pass a Series "
+                                 "of per-bar risk-free returns on the same dates, or a constant annual rate")
+            return rf
+        rate = check_number(risk_free, "risk_free (a constant annual rate, 0.04 for 4%, or a per-bar Series)")
+        if not -1.0 < rate < 1.0:
+            raise ValueError(f"risk_free is an annual rate as a fraction, 0.04 for 4%, got {rate}; pass "
+                             f"{rate / 100:g} for {rate:g}%")
+        return 0.0 if rate == 0.0 else (1.0 + rate) ** (1.0 / self.bars_per_year) - 1.0
+
+    def _benchmark_returns(self, benchmark: "BacktestResult | pd.Series | str", dates: pd.Index) -> pd.Series:
+        """The benchmark's per-bar returns on this result's return ``dates``."""
+        if isinstance(benchmark, str):
+            if benchmark not in self.baselines:
+                raise ValueError(f"{self.name!r} has no baseline {benchmark!r}; its baselines are "
+                                 f"{list(self.baselines)}: pass one of those names, a BacktestResult or a Series of "
+                                 "prices or returns")
+            benchmark = self.baselines[benchmark]
+        if isinstance(benchmark, BacktestResult):
+            benchmark = benchmark.account_value
+        if not isinstance(benchmark, pd.Series):
+            raise TypeError(f"benchmark must be a BacktestResult, a baseline's name or a pd.Series of prices or "
+                            f"returns indexed by date, got {type(benchmark).__name__}")
+        values = pd.Series(check_numeric(benchmark, "benchmark"), index=benchmark.index).dropna()
+        if (values > 0).all():  # levels: the last value on or before each of the result's dates
+            if values.index.has_duplicates or not values.index.is_monotonic_increasing:
+                check_dates(values.index, "benchmark")
+            levels = values.reindex(values.index.union(self.account_value.index)).ffill()
+            returns = levels.reindex(self.account_value.index).pct_change().reindex(dates)
+            missing = "no price on or before"
+        else:
+            returns = values.reindex(dates)
+            missing = "no return on"
+        if returns.isna().any():
+            first = returns.index[returns.isna()][0]
+            raise ValueError(f"benchmark has {missing} {int(returns.isna().sum())} of {self.name!r}'s {len(dates)} "
+                             f"return dates (the first is {first}); pass a benchmark covering "
+                             f"{self.account_value.index[0]} .. {self.account_value.index[-1]}")
+        return returns
+
+    def _relative_metrics(self, r: pd.Series, excess: pd.Series, bench: pd.Series) -> dict[str, float]:
+        import empyrical
+
+        b = self.bars_per_year
+        bench_excess = bench - (r - excess)  # b - r_f
+        alpha, beta = empyrical.alpha_beta_aligned(excess.to_numpy(), bench_excess.to_numpy(), annualization=b)
+        active = r - bench
+        return {
+            "excess_return": float(empyrical.annual_return(r, annualization=b) -
+                                   empyrical.annual_return(bench, annualization=b)),
+            "alpha": float(alpha),
+            "beta": float(beta),
+            "information_ratio": float(empyrical.excess_sharpe(r, bench) * math.sqrt(b)),
+            "tracking_error": float(empyrical.annual_volatility(active, annualization=b)),
+        }
+
+    def _risk_metrics(self, r: pd.Series, var_level: float) -> dict[str, float]:
+        import empyrical
+
+        level = check_number(var_level, "var_level")
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"var_level is a confidence level in (0, 1), 0.95 for the worst 5% of bars, got {level}")
+        var, cvar, longest, recovery = risk_metric_names(level)
+        under, recovery_bars = drawdown_durations(self.account_value)
+        return {var: float(empyrical.value_at_risk(r, cutoff=1.0 - level)),
+                cvar: float(empyrical.conditional_value_at_risk(r, cutoff=1.0 - level)),
+                longest: float(under), recovery: recovery_bars}
 
     def between(self, start: Any = None, end: Any = None) -> "BacktestResult":
         """The same result, and its baselines, restricted to dates in [start, end]."""
@@ -124,31 +255,52 @@ class BacktestResult:
             costs=cut(self.costs), close=cut(self.close),
             baselines={k: v.between(start, end) for k, v in self.baselines.items()})
 
-    def plot(self, baselines: bool = True, max_tickers: int = 40):
-        """A matplotlib ``Figure``: growth of 1 vs the baselines, drawdown, positions heatmap.
+    def rolling_sharpe(self, window: int = 63) -> pd.Series:
+        """The Sharpe ratio of the last ``window`` per-bar returns at each bar, annualised with
+        ``bars_per_year``: ``mean / std (ddof=1) * sqrt(bars_per_year)``, risk-free 0 (``metrics()``'s
+        default). Indexed like ``returns()``; NaN until ``window`` returns exist, and where
+        they do not vary (an account all in cash). 63 bars: a quarter of daily bars."""
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 2:
+            raise ValueError(f"window must be an int of at least 2 bars (63: a quarter of daily bars), got {window!r}")
+        r = self.returns()
+        mean, std = r.rolling(window).mean(), r.rolling(window).std(ddof=1)
+        flat = std <= 1e-12 * r.abs().rolling(window).max()  # no move, or only round-off: no risk to divide by
+        return (mean / std.mask(flat) * np.sqrt(self.bars_per_year)).rename(self.name)
 
-        Built without pyplot (no global figure state). A notebook shows it when it is the
-        cell's value once the inline backend is on (``%matplotlib inline``, or any pyplot
-        import); elsewhere ``fig.savefig(path)``.
+    def plot(self, baselines: bool = True, max_tickers: int = 40, sharpe_window: int = 63):
+        """A matplotlib ``Figure``: growth of 1 vs the baselines, drawdown, rolling Sharpe
+        (``rolling_sharpe(sharpe_window)``) and the positions heatmap (a diverging colour scale
+        centred on 0 when a weight is negative: a short position).
+
+        Built without pyplot (no global figure state). In a Jupyter kernel it shows once, whatever
+        the cell ends with (``finance.widgets.NotebookFigure``); elsewhere ``fig.savefig(path)``.
         """
-        from matplotlib.figure import Figure
+        from finance.widgets import NotebookFigure
 
         others = list(self.baselines.values()) if baselines else []
         has_pos = self.positions is not None and self.close is not None
-        fig = Figure(figsize=(10, 8.5 if has_pos else 6), layout="constrained")
-        axes = fig.subplots(3 if has_pos else 2, 1, sharex=False,
-                            gridspec_kw={"height_ratios": [3, 1.3, 2.2] if has_pos else [3, 1.3]})
-        ax_eq, ax_dd = axes[0], axes[1]
+        height = 10.0 if has_pos else 7.5  # inches; fixed margins (a layout engine would draw it twice)
+        fig = NotebookFigure(figsize=(10, height))
+        axes = fig.subplots(4 if has_pos else 3, 1, sharex=False, gridspec_kw={
+            "height_ratios": [3, 1.3, 1.3, 2.2] if has_pos else [3, 1.3, 1.3], "hspace": 0.3,
+            "left": 0.08, "right": 0.92, "bottom": 0.4 / height, "top": 1 - 0.35 / height})
+        ax_eq, ax_dd, ax_rs = axes[0], axes[1], axes[2]
         for res, style in [(self, {"lw": 2.0, "color": "black"})] + [(o, {"lw": 1.2, "alpha": 0.85}) for o in others]:
             v = res.account_value
             ax_eq.plot(v.index, v / v.iloc[0], label=res.name, **style)
             ax_dd.plot(v.index, v / v.cummax() - 1.0, label=res.name, **style)
+            rs = res.rolling_sharpe(sharpe_window)
+            ax_rs.plot(rs.index, rs.to_numpy(), label=res.name, **style)
         ax_eq.set_ylabel("growth of 1")
         ax_eq.set_title(f"{self.name}: account value vs baselines (same dates, same costs)")
         ax_eq.legend(loc="upper left", fontsize="small")
         ax_eq.grid(alpha=0.3)
         ax_dd.set_ylabel("drawdown")
         ax_dd.grid(alpha=0.3)
+        ax_rs.axhline(0.0, color="grey", lw=0.8)
+        ax_rs.set_ylabel(f"Sharpe, last {sharpe_window}")
+        ax_rs.set_title(f"rolling Sharpe ratio (annualised, over the last {sharpe_window} bars)")
+        ax_rs.grid(alpha=0.3)
         if has_pos:
             import matplotlib.dates as mdates
 
@@ -159,21 +311,50 @@ class BacktestResult:
             x = self.account_value.index
             numeric = isinstance(x, pd.DatetimeIndex)
             x0, x1 = (mdates.date2num(x[0]), mdates.date2num(x[-1])) if numeric else (x[0], x[-1])
-            im = axes[2].imshow(w.to_numpy().T, aspect="auto", interpolation="nearest", cmap="viridis",
-                                extent=(x0, x1, len(w.columns) - 0.5, -0.5), vmin=0.0)
+            values = w.to_numpy(dtype=np.float64)
+            short = bool((values < 0).any())
+            if short:  # diverging, centred on 0: red short, blue long
+                top = float(np.nanmax(np.abs(values)))
+                scale = {"cmap": "RdBu", "vmin": -top, "vmax": top}
+            else:
+                scale = {"cmap": "viridis", "vmin": 0.0}
+            im = axes[3].imshow(values.T, aspect="auto", interpolation="nearest",
+                                extent=(x0, x1, len(w.columns) - 0.5, -0.5), **scale)
             if numeric:
-                axes[2].xaxis_date()
-                ax_eq.sharex(axes[2])
-                ax_dd.sharex(axes[2])
-            axes[2].set_yticks(range(len(w.columns)), w.columns, fontsize="x-small")
-            axes[2].set_title("portfolio weights (fraction of account per stock)")
-            fig.colorbar(im, ax=axes[2], fraction=0.03)
+                axes[3].xaxis_date()
+            axes[3].set_yticks(range(len(w.columns)), w.columns, fontsize="x-small")
+            axes[3].set_title("portfolio weights (fraction of account per stock" + ("; red: short)" if short else ")"))
+            # in the margin, so that every panel has the same width and the dates line up
+            fig.colorbar(im, cax=axes[3].inset_axes((1.01, 0.0, 0.015, 1.0)))
+        if isinstance(self.account_value.index, pd.DatetimeIndex):  # one time axis, its dates at the bottom
+            for ax in axes[:-1]:
+                ax.sharex(axes[-1])
+                ax.tick_params(labelbottom=False)
         return fig
 
     def __repr__(self) -> str:
         v = self.account_value
         return (f"BacktestResult({self.name!r}, {v.index[0]} .. {v.index[-1]}, {len(v)} bars, "
                 f"final value {v.iloc[-1]:,.2f}, baselines {list(self.baselines)})")
+
+
+def drawdown_durations(values: pd.Series) -> tuple[int, float]:
+    """(longest drawdown, time to recover) of a value series, in bars.
+
+    Longest drawdown: the most consecutive bars with v_t < max_{s<=t} v_s (under water), whether
+    or not the stretch has ended. Time to recover: bars from the trough of the maximum drawdown
+    (the bar of the lowest v_t / max_{s<=t} v_s) to the first later bar with v back at that peak's
+    value; NaN if it never got back, 0 without a drawdown.
+    """
+    v = check_numeric(values, "values")
+    peak = np.maximum.accumulate(v)
+    under = v < peak
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[False, under, False])))[::2]  # lengths of the True runs
+    trough = int(np.argmin(v / peak))
+    if not under[trough]:
+        return int(runs.max(initial=0)), 0.0
+    back = np.flatnonzero(v[trough:] >= peak[trough])
+    return int(runs.max(initial=0)), float(back[0]) if len(back) else float("nan")
 
 
 # ---------------------------------------------------------------------------- baselines
@@ -183,7 +364,7 @@ def _check_close(close: pd.DataFrame, what: str) -> np.ndarray:
         got = "MultiIndex columns" if isinstance(close, pd.DataFrame) else type(close).__name__
         raise ValueError(f"{what} must be a dates x tickers DataFrame of closes (prices['close']), got {got}")
     check_dates(close.index, what)
-    values = close.to_numpy(dtype=np.float64, na_value=np.nan)
+    values = check_numeric(close, what)
     check_prices(values, close.index, list(close.columns), what)
     return values
 
@@ -256,6 +437,7 @@ def index_baseline(benchmark: pd.Series, dates: pd.Index, initial_cash: float = 
                    bars_per_year: int | None = None) -> BacktestResult:
     """A benchmark close series on ``dates`` (last known close on each date), rescaled to start at
     ``initial_cash``. No costs: an index is not traded."""
+    check_numeric(benchmark, "benchmark")
     b = benchmark.sort_index()
     if b.index.has_duplicates:
         check_dates(b.index, "benchmark")
@@ -367,7 +549,8 @@ def play_episode(policy: Any, env: StockTradingVecEnv, options: dict[str, Any] |
 def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, features: pd.DataFrame | None = None,
              turbulence: pd.Series | None = None, *, benchmark: pd.Series | None = None,
              train_close: pd.DataFrame | None = None, name: str = "policy", bars_per_year: int | None = None,
-             baselines: bool = True, **env_kwargs: Any) -> BacktestResult:
+             baselines: bool = True, execution: str | None = None, costs: Any = None,
+             **env_kwargs: Any) -> BacktestResult:
     """Run ``policy`` deterministically from the first day to the last; return a ``BacktestResult``.
 
     Args:
@@ -382,14 +565,20 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         baselines: False skips all baselines.
         bars_per_year: for annualising the metrics; None infers it from the env's dates (hourly
             bars: 1764), and the baselines use the same number.
+        execution, costs: the env's fill timing (``"close"``, ``"next_close"``, ``"next_open"``)
+            and cost model (a ``finance.costs`` model, or a number: a proportional rate) for this
+            backtest; None keeps the env's (or the env's default). The baselines trade under the
+            same rules: with anything but the original model (fills at the observed close,
+            proportional costs, cash account) they run as ``BuyAndHoldPolicy`` through the same env.
     """
+    rules = {key: value for key, value in (("execution", execution), ("costs", costs)) if value is not None}
     if isinstance(env_or_close, StockTradingVecEnv):
         if features is not None or turbulence is not None or env_kwargs:
             raise ValueError("pass features, turbulence and env settings when building the env, not to "
-                             "backtest(env, ...)")
-        env = env_or_close.evaluation_env()
+                             "backtest(env, ...) (execution= and costs= are the exceptions)")
+        env = env_or_close.evaluation_env(**rules)
     else:
-        env = StockTradingVecEnv(env_or_close, features, turbulence, num_envs=1, **env_kwargs)
+        env = StockTradingVecEnv(env_or_close, features, turbulence, num_envs=1, **rules, **env_kwargs)
     if baselines and train_close is not None:  # before the run, not after it
         missing = [t for t in env.tickers if t not in getattr(train_close, "columns", ())]
         if missing:
@@ -408,36 +597,56 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     bars_per_year = result.bars_per_year  # inferred once, shared by the baselines
     if baselines:
         ic, c = env.initial_cash, env.cost_pct
-        equal = np.full(S, 1.0 / S)
-        result.baselines["equal_weight"] = buy_and_hold(close, equal, ic, c, "equal_weight", bars_per_year)
+
+        def hold(weights: np.ndarray, label: str) -> BacktestResult:
+            if env.plain_market:  # the closed form, as before
+                return buy_and_hold(close, weights, ic, c, label, bars_per_year)
+            # Through the env, in one order (2**24: float32 actions carry every share count below it).
+            same_rules = env.evaluation_env(max_trade_shares=2**24, turbulence_threshold=None)
+            return backtest(BuyAndHoldPolicy(same_rules, weights), same_rules, name=label,
+                            bars_per_year=bars_per_year, baselines=False)
+
+        result.baselines["equal_weight"] = hold(np.full(S, 1.0 / S), "equal_weight")
         if train_close is not None:
-            w = min_variance_weights(train_close[tickers])
-            result.baselines["min_variance"] = buy_and_hold(close, w, ic, c, "min_variance", bars_per_year)
+            result.baselines["min_variance"] = hold(min_variance_weights(train_close[tickers]), "min_variance")
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, dates, ic, "index", bars_per_year)
     return result
 
 
 def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool = True,
-            bars_per_year: int | None = None) -> pd.DataFrame:
+            bars_per_year: int | None = None, risk_free: float | pd.Series = 0.0,
+            benchmark: BacktestResult | pd.Series | str | None = None, risk: bool = False,
+            var_level: float = VAR_LEVEL) -> pd.DataFrame:
     """A metrics table, one row per strategy.
 
     ``items``: ``BacktestResult`` objects (with their baselines unless ``include_baselines`` is
     False), account-value or price series (named by ``series.name``), or dicts name -> either.
     Rows with the same name keep the first. ``bars_per_year`` applies to the series; None infers
     it from each series' dates. A ``BacktestResult`` keeps its own.
+
+    ``risk_free``, ``benchmark``, ``risk`` and ``var_level`` are those of
+    ``BacktestResult.metrics``, the same for every row; a baseline's name as ``benchmark``
+    (``"equal_weight"``) is the first item's baseline of that name, and its own row reads beta 1.
     """
     rows: dict[str, pd.Series] = {}
+    if isinstance(benchmark, str):
+        owners = [i for i in items if isinstance(i, BacktestResult) and benchmark in i.baselines]
+        if not owners:
+            raise ValueError(f"no item has a baseline {benchmark!r}; pass a BacktestResult or a Series as benchmark")
+        benchmark = owners[0].baselines[benchmark]
+    options = dict(risk_free=risk_free, benchmark=benchmark, risk=risk, var_level=var_level)
 
     def add(name: str | None, item: Any) -> None:
         if isinstance(item, BacktestResult):
-            rows.setdefault(name or item.name, item.metrics())
+            rows.setdefault(name or item.name, item.metrics(**options))
             if include_baselines:
                 for b in item.baselines.values():
-                    rows.setdefault(b.name, b.metrics())
+                    rows.setdefault(b.name, b.metrics(**options))
         elif isinstance(item, pd.Series):
             label = name or (str(item.name) if item.name is not None else f"series_{len(rows)}")
-            rows.setdefault(label, BacktestResult(label, item.astype(float), bars_per_year=bars_per_year).metrics())
+            values = pd.Series(check_numeric(item, f"series {label!r}"), index=item.index, name=item.name)
+            rows.setdefault(label, BacktestResult(label, values, bars_per_year=bars_per_year).metrics(**options))
         else:
             raise TypeError(f"compare takes BacktestResult, pd.Series or dict, got {type(item).__name__}")
 
@@ -449,4 +658,6 @@ def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool =
             add(None, item)
     table = pd.DataFrame(rows).T
     table.index.name = "strategy"
-    return table[list(METRICS)]
+    columns = list(METRICS) + (list(BENCHMARK_METRICS) if benchmark is not None else []) + \
+        (list(risk_metric_names(var_level)) if risk else [])
+    return table[columns]

@@ -6,12 +6,15 @@
    and scores each generation on the validation years.
 3. The best agent and the top-k ensemble are backtested on the test years beside equal-weight
    buy-and-hold, the S&P 500 and the minimum-variance portfolio, with the same costs; every
-   Sharpe ratio gets a block-bootstrap confidence interval.
-4. Single-pod PPO with several seeds gives the spread of the test metrics.
-5. How much was luck: the PSR and deflated Sharpe ratio of the tournament's pick given every
-   entry it was picked from, and the probability of backtest overfitting (PBO) of picking the
-   best entry or seed.
-6. Walk-forward: the single-pod recipe retrained before each test year on the years before it
+   Sharpe ratio gets a block-bootstrap confidence interval, and every strategy its excess return,
+   information ratio, beta and alpha against equal weight.
+4. Is any strategy distinguishable from equal weight: the Sharpe-difference test of each
+   (Ledoit-Wolf HAC, Jobson-Korkie-Memmel) and Hansen's SPA test of the best of them.
+5. Single-pod PPO with several seeds gives the spread of the test metrics.
+6. How much was luck: the PSR and deflated Sharpe ratio of the tournament's pick given every
+   entry it was picked from (and given the effective number of independent entries), and the
+   probability of backtest overfitting (PBO) of picking the best entry or seed.
+7. Walk-forward: the single-pod recipe retrained before each test year on the years before it
    only, beside the baselines refitted the same way, mean ± std over the seeds.
 
 Writes ``runs/demo/report.md``, ``runs/demo/equity.png``, ``runs/demo/leaderboard.csv`` and prints
@@ -38,9 +41,10 @@ import podracer
 from finance.backtest import BacktestResult, backtest, compare, min_variance_weights
 from finance.data import load_benchmark, load_prices
 from finance.market import MarketData, prepare_market
-from finance.overfitting import (SharpeInterval, bootstrap_sharpe_ci, deflated_sharpe_ratio, expected_max_sharpe,
-                                 probabilistic_sharpe_ratio, probability_of_backtest_overfitting,
+from finance.overfitting import (SharpeInterval, bootstrap_sharpe_ci, deflated_sharpe_ratio, effective_trials,
+                                 expected_max_sharpe, probabilistic_sharpe_ratio, probability_of_backtest_overfitting,
                                  trial_returns_from_leaderboard)
+from finance.statistics import SPAResult, sharpe_difference_test, spa_test
 from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forward
 
 # The agent settings are the library's "stock_trading" preset (finance/presets.py): its config,
@@ -59,6 +63,13 @@ THREADS = 1
 # Sharpe intervals: stationary block bootstrap, mean block n^(1/3) days (10 for the test years).
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2_000
+# Against equal weight (docs/statistics.md): the table's benchmark-relative columns, each strategy's
+# Sharpe-difference test and the SPA test of the best of them (1,000 bootstrap resamples: p to about ±0.015).
+COMPARISON_BASELINE = "equal_weight"
+RELATIVE_COLUMNS = ("excess_return", "information_ratio", "beta", "alpha")
+SPA_RESAMPLES = 1_000
+SIGNIFICANCE = 0.05
+
 # PBO: CSCV blocks of about three months (60 trading days), at most 16 (the paper's S): 16 on the
 # test years, 8 on the validation years.
 PBO_BLOCK_DAYS = 60
@@ -128,6 +139,64 @@ def with_sharpe_ci(table: pd.DataFrame, results: list[BacktestResult]) -> pd.Dat
     return out
 
 
+def with_relative_columns(table: pd.DataFrame, results: list[BacktestResult],
+                          baseline: str = COMPARISON_BASELINE) -> pd.DataFrame:
+    """The table with ``RELATIVE_COLUMNS`` against the first result's ``baseline``, after the rest."""
+    relative = compare(*results, benchmark=baseline).loc[table.index, list(RELATIVE_COLUMNS)]
+    return table.join(relative)
+
+
+# ---------------------------------------------------------------------------- against equal weight
+def comparison_table(results: list[BacktestResult], baseline: str = COMPARISON_BASELINE,
+                     seed: int = 0) -> tuple[pd.DataFrame, SPAResult]:
+    """Every strategy of ``results`` (and their baselines) against the first result's ``baseline``:
+    the annual Sharpe ratios and their difference, the Ledoit-Wolf (HAC) and Jobson-Korkie-Memmel
+    p-values of H0: same Sharpe ratio, the annual mean excess return; and the SPA test of the best."""
+    base = results[0].baselines[baseline]
+    others: dict[str, BacktestResult] = {}
+    for r in results:
+        for item in (r, *r.baselines.values()):
+            if item.name != base.name:
+                others.setdefault(item.name, item)
+    bench, ppy = base.returns(), base.bars_per_year
+    rows = {}
+    for name, item in others.items():
+        hac = sharpe_difference_test(item.returns(), bench, "hac", periods_per_year=ppy)
+        jk = sharpe_difference_test(item.returns(), bench, "memmel", periods_per_year=ppy)
+        rows[name] = {"sharpe": hac.sharpe_a, f"sharpe {base.name}": hac.sharpe_b, "difference": hac.difference,
+                      "p (Ledoit-Wolf HAC)": hac.p_value, "p (Jobson-Korkie-Memmel)": jk.p_value,
+                      "mean excess return (annual)": float((item.returns() - bench).mean() * ppy)}
+    strategies = pd.DataFrame({name: item.returns() for name, item in others.items()})
+    strategies = strategies.loc[:, (strategies.sub(bench, axis=0) != 0).any()]  # one equal to the baseline: not tested
+    spa = spa_test(strategies, bench, reps=SPA_RESAMPLES, seed=seed)
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("strategy"), spa
+
+
+def comparison_verdict(table: pd.DataFrame, spa: SPAResult, baseline: str = COMPARISON_BASELINE) -> str:
+    """One paragraph, in words: is any strategy distinguishable from the baseline, and is the best better?"""
+    p, diff = table["p (Ledoit-Wolf HAC)"], table["difference"]
+    above = list(table.index[(p < SIGNIFICANCE) & (diff > 0)])
+    below = list(table.index[(p < SIGNIFICANCE) & (diff < 0)])
+    level = f"{SIGNIFICANCE:.0%} (two-sided, each test alone, before correcting for {len(p)} tests)"
+    if above or below:
+        parts = [f"{', '.join(names)} {side}" for names, side in ((above, "above"), (below, "below")) if names]
+        single = (f"Sharpe ratio different from {baseline}'s at {level}: {'; '.join(parts)} it; the other "
+                  f"{len(p) - len(above) - len(below)} are not distinguishable from it.")
+    else:
+        single = (f"No strategy's Sharpe ratio is distinguishable from {baseline}'s at {level}: the smallest p-value "
+                  f"is {p.min():.3f} ({p.idxmin()}).")
+    if spa.superior:
+        conclusion = (f"StepM finds {', '.join(spa.superior)} better than {baseline}: **distinguishable from "
+                      f"{baseline}**")
+    else:
+        conclusion = (f"StepM finds none better: **no strategy is shown better than {baseline}** over the test "
+                      "years")
+    return (f"{single} The best by mean return against {baseline}, {spa.best}, corrected for the search over "
+            f"{len(spa.mean_excess)} strategies: Hansen's SPA p = {spa.pvalue:.3f}, White's Reality Check p = "
+            f"{spa.reality_check_pvalue:.3f} ({spa.reps:,} stationary bootstrap resamples, mean block "
+            f"{spa.block_length} day{'s' if spa.block_length != 1 else ''}). {conclusion}.")
+
+
 def seed_table(results: list[BacktestResult]) -> pd.DataFrame:
     """Mean, spread and range of every metric over seeds."""
     table = pd.DataFrame([r.metrics() for r in results])
@@ -154,6 +223,8 @@ def guard_row(trials: pd.DataFrame, pick: Any, periods_per_year: int) -> dict[st
     Trial Sharpe ratios are per period, as the formulas want; a trial that never trades (flat
     returns) counts with Sharpe 0. Reported Sharpe ratios are annualised.
     """
+    if trials.T.drop_duplicates().shape[0] < 2 or (trials.std() == 0).all():  # nothing to select among
+        return {"trials": trials.shape[1], "pick": str(pick)}
     std = trials.std(ddof=1)
     sharpes = (trials.mean() / std.where(std > 0)).fillna(0.0)  # per period
     scale = math.sqrt(periods_per_year)
@@ -163,6 +234,8 @@ def guard_row(trials: pd.DataFrame, pick: Any, periods_per_year: int) -> dict[st
             "sr0_best_of_n_lucky": expected_max_sharpe(trials.shape[1], float(sharpes.std(ddof=1))) * scale,
             "psr": probabilistic_sharpe_ratio(trials[pick]),
             "dsr": deflated_sharpe_ratio(trials[pick], trial_sharpes=sharpes),
+            "effective_trials": effective_trials(trials),
+            "dsr_effective": deflated_sharpe_ratio(trials[pick], "effective", trial_returns=trials),
             "pbo": pbo.pbo, "pbo_blocks": pbo.n_splits}
 
 
@@ -265,7 +338,7 @@ def walk_forward_windows(ppo: list[WalkForwardResult], rebalanced: list[WalkForw
 # ---------------------------------------------------------------------------- report
 def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFrame, seeds: list[BacktestResult],
                 guards: pd.DataFrame, wf_table: pd.DataFrame, wf_windows: pd.DataFrame, wf_steps: int,
-                board: pd.DataFrame) -> str:
+                board: pd.DataFrame, comparison: pd.DataFrame, spa: SPAResult) -> str:
     pct = f"{CONFIDENCE:.0%}"
     return "\n".join([
         "# Podracer finance demo",
@@ -278,8 +351,19 @@ def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFra
         "## Test period (2019-2022): agents against the baselines, same costs (0.1%)", "",
         f"`sharpe_ci_low`..`sharpe_ci_high`: {pct} interval of the annual Sharpe ratio, stationary block bootstrap "
         f"(Politis & Romano 1994; {BOOTSTRAP_RESAMPLES:,} resamples, mean block n^(1/3) days, rounded). "
-        "It measures the luck of the test years' path, not of training.", "",
+        "It measures the luck of the test years' path, not of training. "
+        f"`{'`, `'.join(RELATIVE_COLUMNS)}`: against `{COMPARISON_BASELINE}` (annual excess return, information "
+        "ratio, and Jensen's beta and annual alpha, risk-free rate 0).", "",
         table.to_markdown(floatfmt=".3f"), "",
+        f"## Is any strategy distinguishable from {COMPARISON_BASELINE}?", "",
+        f"Each strategy's Sharpe ratio against {COMPARISON_BASELINE}'s on the same days, H0: equal Sharpe ratios "
+        "(two-sided): Ledoit & Wolf (2008), robust to fat tails and autocorrelation (HAC, Quadratic Spectral kernel), "
+        "and Jobson & Korkie with Memmel's (2003) correction (IID normal returns). Then the best of them by mean "
+        "return against it, corrected for having looked at all of them: Hansen's (2005) SPA, White's (2000) Reality "
+        "Check, and Romano & Wolf's (2005) StepM for which beat it (`finance.spa_test`, on `arch`). Sharpe ratios "
+        "annualised.", "",
+        comparison.to_markdown(floatfmt=".3f"), "",
+        comparison_verdict(comparison, spa), "",
         f"## Single-pod PPO over {len(seeds)} seeds (test period)", "",
         "Every number is deterministic for its seed; the spread is training luck.", "",
         seed_table(seeds).to_markdown(floatfmt=".3f"), "",
@@ -293,7 +377,9 @@ def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFra
         "below the median on the other (Bailey et al. 2017; 0.5 is a coin toss). On the validation years the "
         "DSR answers the textbook question (the pick is the best of N there); on the test years the pick was "
         "not chosen there, so the bar is conservative. Entries of one lineage are correlated: N overstates "
-        "the independent trials. Sharpe ratios annualised.", "",
+        "the independent trials; `effective_trials` estimates how many independent trials they are worth from "
+        "the eigenvalues of their correlation matrix (Galwey 2009), and `dsr_effective` deflates for that many. "
+        "Sharpe ratios annualised.", "",
         guards.to_markdown(floatfmt=".3f"), "",
         "## Walk-forward over the test years", "",
         f"The single-pod recipe retrained before each test year ({WALK_FORWARD_TEST_WINDOW}) on the "
@@ -372,6 +458,8 @@ def run_demo(args: argparse.Namespace) -> Path:
     seeds = [backtest(single_pod(market, sizes["single_steps"], s), test_env, name=f"PPO seed {s}", baselines=False)
              for s in range(args.seeds)]
     table = with_sharpe_ci(compare(best, ensemble, *seeds), [best, ensemble, *seeds])
+    table = with_relative_columns(table, [best, ensemble, *seeds])
+    comparison, spa = comparison_table([best, ensemble, *seeds])
 
     print(f"\nwalk-forward: {args.seeds} seeds x 4 test years x {sizes['walk_forward_steps']:,} env steps")
     ppo_walks, rebalanced = walk_forward_runs(market, sizes["walk_forward_steps"], args.seeds)
@@ -386,8 +474,9 @@ def run_demo(args: argparse.Namespace) -> Path:
     report = out / "report.md"
     walks = walk_forward_table(ppo_walks, rebalanced), walk_forward_windows(ppo_walks, rebalanced)
     report.write_text(report_text(args.size, elapsed, market, table, seeds, guards, *walks,
-                                  sizes["walk_forward_steps"], board_summary(board)))
+                                  sizes["walk_forward_steps"], board_summary(board), comparison, spa))
     print(f"\n{table.to_string(float_format=lambda x: f'{x:.3f}')}")
+    print(f"\n{comparison.to_string(float_format=lambda x: f'{x:.3f}')}\n{comparison_verdict(comparison, spa)}")
     print(f"\n{guards.to_string()}")
     print(f"\nreport: {report.resolve()}\nplot:   {(out / 'equity.png').resolve()}  ({elapsed:.0f} s)")
     return report

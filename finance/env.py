@@ -14,12 +14,27 @@ step taken on day t:
 
 1. the policy sees ``obs(t)``: cash, holdings valued at ``close[t]``, ``close[t]``,
    ``features[t]`` (the turbulence switch reads ``turbulence[t]``);
-2. the orders execute at ``close[t]``, sells first, then buys;
+2. the orders execute at the fill price of ``execution`` (below), sells first, then buys;
 3. the env moves to day t+1 and marks the account at ``close[t+1]``;
    ``reward(t) = reward_scale * (value(t+1) - value(t)) / initial_cash``.
 
 So ``obs(t)`` never depends on a row after t; ``reward(t)`` depends on row t+1 only through the
-mark. ``tests/test_stock_env.py`` checks this by perturbing all data after a day.
+mark (and, with a next-bar fill, the fill). ``tests/test_stock_env.py`` checks this by perturbing
+all data after a day.
+
+Execution timing (``execution=``):
+
+- ``"close"`` (the default, FinRL's): fill at ``close[t]``, the very price the policy just saw.
+  **Optimistic**: nobody can trade at a close after seeing it, and a signal computed from that
+  close gets the whole next day's move. Kept as the default so existing results stay as they were.
+- ``"next_close"``: fill at ``close[t+1]``; the account rides the old positions through day t+1.
+- ``"next_open"``: fill at ``open[t+1]`` (pass ``open_prices``; ``MarketData.env`` does when the
+  market has OHLCV data, ``source="sample_ohlcv"`` or yfinance): old positions from ``close[t]``
+  to ``open[t+1]``, new ones from there to ``close[t+1]``.
+
+Either way the change of value over a step is, with ``h`` the holdings before and ``h'`` after
+the trades and ``fill`` the fill prices: ``h . (fill - close[t]) + h' . (close[t+1] - fill) -
+costs``. Cash-limited buys are budgeted at the fill price.
 
 Episodes
 --------
@@ -27,8 +42,9 @@ An episode starts on day ``t0`` (0, or uniform in ``[0, T-1-episode_length]`` wi
 ``random_start``) with all-cash ``initial_cash`` (or uniform in ``cash_range``) and runs
 ``episode_length`` steps, or to the last day when ``episode_length`` is None. The end is a
 *truncation* (the account would go on; learners bootstrap with ``V(final_obs)``): ``terminated``
-is always False (cash and holdings never go negative, so the account cannot go bust).
-``reset(options={"cash": c, "holdings": h})`` starts that one reset's episodes from a given
+is always False (cash and holdings never go negative, so the account cannot go bust; a margin
+account that does lose more than its equity is liquidated and stays bust, unable to trade, to the
+end of its episode). ``reset(options={"cash": c, "holdings": h})`` starts that one reset's episodes from a given
 account instead (a walk-forward carries one test window's account into the next,
 ``finance.walk_forward``); later autoresets start from cash again.
 
@@ -60,9 +76,22 @@ buys largest-first until the cash runs out). Sells pay ``cost_pct`` of their val
 ``costs = cost_pct * traded value`` exactly. Cash and holdings never go negative. The fill is
 ``finance.execution.execute_orders``, a pure function tested on its own.
 
+Other market models (``finance.execution.execute``, the same rules in general form, used as soon as
+one of these is set; ``docs/trading_realism.md``):
+
+- ``costs=``: any ``finance.costs`` model or sum of them (fixed fee per trade, half-spread,
+  square-root impact with ``volume``, borrow fee on shorts) instead of ``cost_pct``;
+- ``max_participation=x``: at most ``floor(x * volume)`` shares per stock in a step, the volume of
+  the fill's day (needs ``volume``);
+- ``margin=finance.Margin(...)``: a margin account. Short selling (sells beyond the holdings) and
+  leverage: orders that add exposure are scaled down so that after the trade gross exposure
+  ``|h| . p <= L * equity`` (``L = 1 / initial`` margin, or ``max_gross``); when the equity at a
+  close is below ``maintenance * gross``, every position of the account is closed at its next fill
+  (``info["margin_call"]``), whatever the action.
+
 Turbulence switch (FinRL): with ``turbulence_threshold`` set, on a day with
 ``turbulence[t] >= turbulence_threshold`` every account sells all holdings (paying costs) and
-all buys are blocked, whatever the action.
+all buys are blocked, whatever the action (a margin account closes its shorts too).
 
 Returned tensors
 ----------------
@@ -78,7 +107,9 @@ Cash, holdings and prices are kept in ``dtype`` (float64 by default): integer sh
 exact up to 2**53 and the accounting invariants (``cash + holdings . price == value``,
 ``costs == cost_pct * traded value``) hold to ~1e-15 relative. float32 halves memory traffic on a
 GPU; then the invariants hold to ~1e-6 relative and share counts are exact up to 2**24.
-Observations and rewards are float32.
+Observations and rewards are float32. Actions may be any floating dtype; float16 and bfloat16 ones
+are cast to float32 before they are scaled to shares (in float16, ``a * max_trade_shares``
+overflows above 65504).
 """
 
 from __future__ import annotations
@@ -90,12 +121,16 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finance.costs import CostModel, Proportional, as_cost_model
 from finance.data.checks import check_dates, check_int, check_number, check_prices
-from finance.execution import execute_orders
+from finance.execution import Margin, execute, execute_orders, margin_call
 from podracer.agents.common import deprecated_alias
 from podracer.envs import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor
+EXECUTIONS = ("close", "next_close", "next_open")  # fill at the observed close, the next close, the next open
+MAX_TRADE_SHARES = 2**53  # share counts are exact in float64 up to here
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -175,6 +210,32 @@ def _features_array(features: ArrayLike, dates: pd.Index, tickers: list[str],
     return values.astype(np.float32), names
 
 
+def _panel_array(x: ArrayLike, name: str, dates: pd.Index, tickers: list[str], close_is_frame: bool,
+                 positive: bool) -> np.ndarray:
+    """``open_prices`` or ``volume`` as a (T, S) float64 array on the dates and tickers of ``close``."""
+    if isinstance(x, pd.DataFrame):
+        check_dates(x.index, name)
+        if close_is_frame and not x.index.equals(dates):
+            raise ValueError(f"{name} index differs from close index; align it, e.g. {name}.loc[close.index]")
+        missing = [t for t in tickers if t not in set(map(str, x.columns))]
+        if close_is_frame and missing:
+            raise ValueError(f"{name} lacks tickers {missing[:8]} that close has; pass prices[...] of the same tickers")
+        if close_is_frame:
+            x = x.set_axis(x.columns.map(str), axis=1)[tickers]
+        values = x.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    else:
+        values = _to_numpy(x)
+    if values.shape != (len(dates), len(tickers)):
+        raise ValueError(f"{name} must have shape (days, stocks) = ({len(dates)}, {len(tickers)}), got {values.shape}")
+    if positive:
+        check_prices(values, dates, tickers, name)
+    elif not (np.isfinite(values).all() and (values >= 0).all()):
+        t, s = np.argwhere(~(np.isfinite(values) & (values >= 0)))[0]
+        raise ValueError(f"{name} must be finite and >= 0 (shares traded per day), got {values[t, s]} at "
+                         f"{dates[t]!s}, {tickers[s]}; fill gaps (volume.fillna(0))")
+    return values
+
+
 def _turbulence_array(turbulence: ArrayLike, dates: pd.Index, close_is_frame: bool) -> np.ndarray:
     if isinstance(turbulence, pd.Series):
         check_dates(turbulence.index, "turbulence")
@@ -211,7 +272,8 @@ def _check_flag(value: Any, name: str) -> bool:
 
 # ---------------------------------------------------------------------------- the env
 class StockTradingVecEnv(TensorVecEnv):
-    """``num_envs`` long-only trading accounts over one history of daily closes (see module doc).
+    """``num_envs`` trading accounts over one history of daily closes (see module doc): long-only
+    cash accounts, or margin accounts with ``margin``.
 
     Args:
         close: daily closes, a dates x tickers DataFrame (``prices["close"]``) or a (T, S)
@@ -222,8 +284,10 @@ class StockTradingVecEnv(TensorVecEnv):
         num_envs: accounts stepped together.
         device: torch device of every tensor.
         initial_cash: starting cash, and the money unit of observations and rewards.
-        max_trade_shares: whole shares traded per stock for an action of +-1 (FinRL's ``hmax``), >= 1.
-        cost_pct: transaction cost as a fraction of traded value, on buys and sells.
+        max_trade_shares: whole shares traded per stock for an action of +-1 (FinRL's ``hmax``),
+            in [1, 2**53].
+        cost_pct: transaction cost as a fraction of traded value, on buys and sells; default 1e-3
+            (``finance.costs.Proportional``). Give it or ``costs``, not both.
         episode_length: steps per episode; None runs to the last day.
         random_start: start each episode on a uniform random day (training diversity); needs
             ``episode_length``. Off: every episode starts on the first day (evaluation).
@@ -235,6 +299,16 @@ class StockTradingVecEnv(TensorVecEnv):
         price_scale: (S,) reference prices for the log-price observation; default the first close.
         dtype: accounting dtype (float64 default; see module doc).
         validate_actions: check each action batch (shape, dtype, device, finite) with a clear error.
+        open_prices: daily opens like ``close`` (``prices["open"]``): needed by ``"next_open"``.
+        volume: daily volume in shares like ``close`` (``prices["volume"]``): needed by
+            ``max_participation`` and ``finance.costs.SqrtImpact``.
+        execution: ``"close"`` (default; optimistic: fills at the close the policy just saw),
+            ``"next_close"`` or ``"next_open"`` (module doc).
+        costs: a ``finance.costs`` model (or a sum of them) instead of ``cost_pct``.
+        max_participation: at most this fraction of the fill day's volume traded per stock and
+            step, in (0, 1]; None: no cap.
+        margin: ``finance.Margin`` rules for a margin account (shorts, leverage, margin calls);
+            None: a long-only cash account.
 
     Sizes (``num_envs``, ``max_trade_shares``, ``episode_length``, ``seed``) take any integer type
     (``np.int64`` too), never a float or a bool; amounts must be finite. A bad value is a
@@ -242,7 +316,9 @@ class StockTradingVecEnv(TensorVecEnv):
 
     Data attributes (read-only by convention): ``close_prices`` (T, S) in ``dtype``,
     ``features`` (T, S, F) float32, ``turbulence`` (T,) or None, ``obs_table`` (T, obs_dim),
-    ``dates``, ``tickers``, ``feature_names``, ``obs_names``, ``price_scale`` (S,); per account
+    ``dates``, ``tickers``, ``feature_names``, ``obs_names``, ``price_scale`` (S,),
+    ``open_prices`` and ``volume`` (T, S) or None, ``costs`` (the bound cost model; ``cost_pct`` is
+    its ``rate``), ``execution``, ``max_participation``, ``margin``; per account
     ``cash`` (N,), ``holdings`` (N, S), ``value`` (N,), ``day`` (N,), ``prices`` (N, S) today's
     close. ``close()`` is the protocol's (nothing to release); ``close_frame()`` gives the closes
     as a DataFrame.
@@ -252,11 +328,13 @@ class StockTradingVecEnv(TensorVecEnv):
 
     def __init__(self, close: ArrayLike, features: ArrayLike | None = None, turbulence: ArrayLike | None = None,
                  num_envs: int = 1, device: str | torch.device = "cpu", initial_cash: float = 1e6,
-                 max_trade_shares: int = 100, cost_pct: float = 1e-3, episode_length: int | None = None,
+                 max_trade_shares: int = 100, cost_pct: float | None = None, episode_length: int | None = None,
                  random_start: bool = False, cash_range: tuple[float, float] | None = None,
                  turbulence_threshold: float | None = None, reward_scale: float = 100.0, seed: int | None = None,
                  price_scale: ArrayLike | None = None, dtype: torch.dtype = torch.float64,
-                 validate_actions: bool = True):
+                 validate_actions: bool = True, *, open_prices: ArrayLike | None = None,
+                 volume: ArrayLike | None = None, execution: str = "close", costs: CostModel | None = None,
+                 max_participation: float | None = None, margin: Margin | None = None):
         num_envs = check_int(num_envs, "num_envs", low=1)  # np.int64 too; the base class wants an int
         super().__init__(num_envs, device, _check_flag(validate_actions, "validate_actions"))
         close_is_frame = isinstance(close, pd.DataFrame)
@@ -268,7 +346,10 @@ class StockTradingVecEnv(TensorVecEnv):
         self._set_episode_rules(episode_length, random_start, initial_cash, cash_range)
         self._set_trading_rules(max_trade_shares, cost_pct, turbulence_threshold, turbulence is not None,
                                 reward_scale, dtype)
+        self._set_market_model(execution, costs, cost_pct is not None, max_participation, margin,
+                               open_prices is not None, volume is not None)
         self._set_data(close_np, features, turbulence, price_scale, close_is_frame)
+        self._set_market_data(open_prices, volume, close_is_frame)
         self._set_starts(seed)
         self.reset()
 
@@ -300,11 +381,14 @@ class StockTradingVecEnv(TensorVecEnv):
     def _set_trading_rules(self, max_trade_shares: Any, cost_pct: Any, turbulence_threshold: Any,
                            has_turbulence: bool, reward_scale: Any, dtype: torch.dtype) -> None:
         """Check and store the trading rules: sizes, costs, the turbulence switch, reward scale, dtype."""
-        cost_pct = check_number(cost_pct, "cost_pct")
+        cost_pct = check_number(cost_pct, "cost_pct") if cost_pct is not None else 1e-3
         if not 0 <= cost_pct < 1:
             raise ValueError(f"cost_pct must be in [0, 1), got {cost_pct}")
         # Whole shares: an action of +-1 must be able to trade at least one (0.5 rounds every order to 0).
         max_trade_shares = check_int(max_trade_shares, "max_trade_shares", low=1)
+        if max_trade_shares > MAX_TRADE_SHARES:  # 10**40 would overflow the float conversion in step
+            raise ValueError(f"max_trade_shares must be at most 2**53 = {MAX_TRADE_SHARES} (share counts are exact "
+                             f"in float64 only up to there), got {max_trade_shares:.3g}")
         if turbulence_threshold is not None:
             if not has_turbulence:
                 raise ValueError("turbulence_threshold needs a turbulence series: pass "
@@ -323,6 +407,47 @@ class StockTradingVecEnv(TensorVecEnv):
         self.turbulence_threshold, self.reward_scale, self.dtype = turbulence_threshold, reward_scale, dtype
         self._tiny = torch.finfo(dtype).tiny  # guards the turnover's division
 
+    def _set_market_model(self, execution: Any, costs: Any, cost_pct_given: bool, max_participation: Any,
+                          margin: Any, has_opens: bool, has_volume: bool) -> None:
+        """Check and store how orders fill: timing, cost model, participation cap, margin rules."""
+        if execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
+        if execution == "next_open" and not has_opens:
+            raise ValueError("execution='next_open' fills at the next bar's open, and no open_prices were given: pass "
+                             "open_prices=prices['open'] (OHLCV data: finance.load_prices(..., source='sample_ohlcv') "
+                             "or source='yfinance'; MarketData.env passes them when the market has them), or use "
+                             "execution='next_close'")
+        if costs is None:
+            costs = Proportional(self.cost_pct)
+        elif cost_pct_given:
+            raise ValueError("give cost_pct or costs, not both: cost_pct=c is costs=finance.Proportional(c); add "
+                             "models for more, e.g. costs=finance.Proportional(c) + finance.HalfSpread(s)")
+        costs = as_cost_model(costs)
+        if costs.needs_volume and not has_volume:
+            raise ValueError(f"costs {costs!r} need daily volume: pass volume=prices['volume'] (OHLCV data: "
+                             "source='sample_ohlcv' or 'yfinance'; MarketData.env passes it when the market has it)")
+        if max_participation is not None:
+            max_participation = check_number(max_participation, "max_participation")
+            if not 0 < max_participation <= 1:
+                raise ValueError(f"max_participation must be in (0, 1] (a fraction of the day's volume), got "
+                                 f"{max_participation}; None: no cap")
+            if not has_volume:
+                raise ValueError("max_participation caps trades at a fraction of the day's volume: pass "
+                                 "volume=prices['volume']")
+        if margin is not None and not isinstance(margin, Margin):
+            raise ValueError(f"margin must be a finance.Margin (e.g. finance.Margin(initial=0.5, maintenance=0.25)) "
+                             f"or None for a cash account, got {margin!r}")
+        self.execution, self.max_participation, self.margin = execution, max_participation, margin
+        self.costs, self.cost_pct = costs, costs.rate  # bound to the data in _set_market_data
+        # The original market model runs execute_orders, the long-only proportional fill (fast, bit-exact).
+        self._fast = isinstance(costs, Proportional) and max_participation is None and margin is None
+
+    @property
+    def plain_market(self) -> bool:
+        """True for the original market model: fills at the observed close, proportional costs, a
+        cash account, no cap; ``finance.backtest.buy_and_hold`` reproduces it in closed form."""
+        return self._fast and self.execution == "close"
+
     def _set_data(self, close_np: np.ndarray, features: ArrayLike | None, turbulence: ArrayLike | None,
                   price_scale: ArrayLike | None, close_is_frame: bool) -> None:
         """The per-day tensors (closes, features, turbulence), then the observations built on them."""
@@ -338,6 +463,26 @@ class StockTradingVecEnv(TensorVecEnv):
             turb_np = _turbulence_array(turbulence, self.dates, close_is_frame)
             self.turbulence = torch.as_tensor(turb_np, dtype=self.dtype, device=dev)
         self._set_observations(close_np, feat_np, _price_scale_array(price_scale, close_np))
+
+    def _set_market_data(self, open_prices: ArrayLike | None, volume: ArrayLike | None, close_is_frame: bool) -> None:
+        """Opens, volume, the fill price (and volume) of each decision day, and the bound cost model."""
+        def panel(x: ArrayLike | None, name: str, positive: bool) -> torch.Tensor | None:
+            if x is None:
+                return None
+            values = _panel_array(x, name, self.dates, self.tickers, close_is_frame, positive)
+            return torch.as_tensor(values, dtype=self.dtype, device=self.device)
+
+        self.open_prices, self.volume = panel(open_prices, "open_prices", True), panel(volume, "volume", False)
+        # Row t: the fill price (and volume) of an order decided on day t, (T, S).
+        if self.execution == "close":
+            self._fill_prices, self._fill_volume = self.close_prices, self.volume
+        else:  # the next bar's; the last row never trades
+            def next_bar(x: torch.Tensor | None) -> torch.Tensor | None:
+                return None if x is None else torch.cat([x[1:], x[-1:]])
+
+            self._fill_prices = next_bar(self.open_prices if self.execution == "next_open" else self.close_prices)
+            self._fill_volume = next_bar(self.volume)
+        self.costs = self.costs.bind(self.close_prices, self.volume)
 
     def _set_observations(self, close_np: np.ndarray, feat_np: np.ndarray, scale_np: np.ndarray) -> None:
         """``price_scale``, the per-day observation table, ``obs_names`` and the spaces."""
@@ -398,7 +543,8 @@ class StockTradingVecEnv(TensorVecEnv):
         env's state.
 
         ``options={"cash": c, "holdings": h}`` (either key) starts from that account instead of
-        all cash: ``c`` a number or (N,), ``h`` shares per stock, (S,) or (N, S), all >= 0."""
+        all cash: ``c`` a number or (N,), ``h`` shares per stock, (S,) or (N, S), all >= 0 (a
+        margin account may start with cash < 0, and with short positions if it allows shorts)."""
         self._seed(None if seed is None else check_int(seed, "seed"))
         start, cash = self._draw_starts()
         holdings = torch.zeros(self.num_envs, self.num_stocks, dtype=self.dtype, device=self.device)
@@ -425,30 +571,42 @@ class StockTradingVecEnv(TensorVecEnv):
             raise ValueError(f"unknown reset options {unknown}; StockTradingVecEnv.reset takes "
                              "options={'cash': number or (N,), 'holdings': (S,) or (N, S) shares}")
         N, S = self.num_envs, self.num_stocks
+        m = self.margin
         out = []
-        for key, default, shape in (("cash", drawn_cash, (N,)), ("holdings", torch.zeros(S), (N, S))):
+        for key, default, shape, signed in (("cash", drawn_cash, (N,), m is not None),
+                                            ("holdings", torch.zeros(S), (N, S), m is not None and m.shorts)):
             given = options.get(key)
             x = torch.as_tensor(_to_numpy(default if given is None else given), dtype=self.dtype, device=self.device)
             if tuple(x.shape) not in (shape, shape[1:], ()):
                 raise ValueError(f"reset option {key!r} must have shape {shape} or {shape[1:]}, got {tuple(x.shape)}")
-            if not (torch.isfinite(x).all() and (x >= 0).all()):
-                raise ValueError(f"reset option {key!r} must be finite and >= 0 (no short positions), got {x}")
+            if not (torch.isfinite(x).all() and (signed or (x >= 0).all())):
+                rule = "finite" if signed else "finite and >= 0 (a cash account: no loans, no short positions)"
+                raise ValueError(f"reset option {key!r} must be {rule}, got {x}")
             out.append(x.expand(shape).clone())
         return out[0], out[1]
 
     def step(self, actions: torch.Tensor):
-        """Trade at today's close, move to the next day, mark the account there (module doc).
+        """Trade (at today's close, or the next bar's, by ``execution``), move to the next day, mark
+        the account at its close (module doc).
 
         ``info`` describes the step just taken, before any autoreset: ``account_value``,
         ``cash`` (N,) and ``holdings`` (N, S) after trading, marked on the new day;
         ``trades`` (N, S) signed shares executed; ``costs`` and ``traded_value`` (N,) of this
         step; ``turnover`` = traded value / account value before trading; ``total_costs``
-        paid this episode; ``day`` (N,) the new day's row; plus ``final_obs`` / ``_final_obs``
-        and ``account``, the accounts the next action trades (after any autoreset; see ``reset``).
+        paid this episode (trading and holding costs); ``day`` (N,) the new day's row;
+        ``fill_prices`` (N, S) the prices the trades executed at; with a margin account
+        ``margin_call`` (N,), True where this step's orders were replaced by a liquidation; plus
+        ``final_obs`` / ``_final_obs`` and ``account``, the accounts the next action trades (after
+        any autoreset; see ``reset``).
         """
         self._check(actions)
-        # Orders execute at today's close; only the mark below reads day t+1's data.
-        ex = execute_orders(self.cash, self.holdings, self.prices, self._orders(actions), self.cost_pct)
+        # With execution="close" orders fill at today's close and only the mark below reads day t+1.
+        fill = self.prices if self.execution == "close" else self._fill_prices.index_select(0, self.day)
+        called = None
+        if self._fast:
+            ex = execute_orders(self.cash, self.holdings, fill, self._orders(actions), self.cost_pct)
+        else:
+            ex, called = self._execute(actions, fill)
         day = self.day + 1
         next_prices = self.close_prices.index_select(0, day)  # (N, S) the mark
         position_value = ex.holdings * next_prices
@@ -462,7 +620,9 @@ class StockTradingVecEnv(TensorVecEnv):
         info = {"account_value": value, "cash": ex.cash, "holdings": ex.holdings, "trades": ex.trades,
                 "costs": ex.costs, "traded_value": ex.traded_value,
                 "turnover": ex.traded_value / self.value.clamp(min=self._tiny),
-                "total_costs": self.total_costs + ex.costs, "day": day}
+                "total_costs": self.total_costs + ex.costs, "day": day, "fill_prices": fill}
+        if called is not None:
+            info["margin_call"] = called
 
         self.day, self.elapsed, self.cash, self.holdings, self.prices = day, elapsed, ex.cash, ex.holdings, next_prices
         self.value, self.total_costs = value, info["total_costs"]
@@ -471,15 +631,46 @@ class StockTradingVecEnv(TensorVecEnv):
         info["account"] = self._account(first_bar=truncated)
         return obs, rewards, terminated, truncated, info
 
-    def _orders(self, actions: torch.Tensor) -> torch.Tensor:
+    def _shares(self, actions: torch.Tensor) -> torch.Tensor:
         """(N, S) signed whole shares the actions ask for, ``round(clip(a, -1, 1) * max_trade_shares)``
-        in ``dtype``; on a turbulent day (switch on), ``-inf``: sell everything, buy nothing."""
+        in ``dtype``."""
+        if actions.dtype in _HALF:  # float16 overflows above 65504 shares: scale in float32
+            actions = actions.float()
         # clamp (not clamp_) first: ``actions`` is the caller's tensor.
-        orders = actions.clamp(-1.0, 1.0).mul_(self.max_trade_shares).round_().to(self.dtype)
+        return actions.clamp(-1.0, 1.0).mul_(self.max_trade_shares).round_().to(self.dtype)
+
+    def _turbulent(self) -> torch.Tensor:
+        """(N, 1) bool: the turbulence switch fires today (switch on)."""
+        return (self.turbulence.index_select(0, self.day) >= self.turbulence_threshold)[:, None]
+
+    def _orders(self, actions: torch.Tensor) -> torch.Tensor:
+        """``_shares``; on a turbulent day (switch on), ``-inf``: sell everything, buy nothing."""
+        orders = self._shares(actions)
         if self.turbulence_threshold is not None:
-            risky = (self.turbulence.index_select(0, self.day) >= self.turbulence_threshold)[:, None]  # (N, 1)
-            orders.masked_fill_(risky, -torch.inf)
+            orders.masked_fill_(self._turbulent(), -torch.inf)
         return orders
+
+    def _execute(self, actions: torch.Tensor, fill: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+        """The general fill (``finance.execution.execute``) and the margin calls, (N,) or None.
+
+        Where the turbulence switch fires or the account is below maintenance at today's close,
+        the orders close every position instead."""
+        orders, close_out, called = self._shares(actions), None, None
+        if self.turbulence_threshold is not None:
+            close_out = self._turbulent()
+        if self.margin is not None:
+            called = margin_call(self.cash, self.holdings, self.prices, self.margin.maintenance)
+            close_out = called[:, None] if close_out is None else close_out | called[:, None]
+        if close_out is not None:
+            orders = torch.where(close_out, -self.holdings, orders)
+        max_shares = None
+        if self.max_participation is not None:
+            max_shares = (self._fill_volume.index_select(0, self.day) * self.max_participation).floor_()
+        m = self.margin
+        ex = execute(self.cash, self.holdings, fill, orders, self.costs, self.day,
+                     gross_limit=1.0 if m is None else m.gross_limit, shorts=m is not None and m.shorts,
+                     max_shares=max_shares)
+        return ex, called
 
     def _autoreset(self, done: torch.Tensor, final_obs: torch.Tensor) -> torch.Tensor:
         """Same-step autoreset: start a fresh episode in the accounts where ``done``; returns the
@@ -502,29 +693,44 @@ class StockTradingVecEnv(TensorVecEnv):
         return torch.where(done[:, None], self._observe(self.cash, self.holdings, self.day), final_obs)
 
     def _account(self, first_bar: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``info["account"]``: the accounts as the next action finds them (what ``obs`` shows, exact)."""
+        """``info["account"]``: the accounts as the next action finds them (what ``obs`` shows, exact);
+        ``prices`` is today's close (the fill price with ``execution="close"``)."""
         return {"cash": self.cash, "holdings": self.holdings, "prices": self.prices, "first_bar": first_bar}
 
     # -- helpers for policies, backtests and notebooks
-    # ``prices`` (N, S) is today's close of every account: the execution price of the next step.
+    # ``prices`` (N, S) is today's close of every account: the execution price of the next step
+    # with execution="close".
     # ``price`` was a second name for the same tensor; it still works, with a FutureWarning.
     price = deprecated_alias("prices")
 
-    def evaluation_env(self, num_envs: int = 1) -> "StockTradingVecEnv":
+    def evaluation_env(self, num_envs: int = 1, **changes: Any) -> "StockTradingVecEnv":
         """A deterministic copy on the same data: every episode starts on the first day with
-        ``initial_cash`` and runs to the last day; costs, sizes, turbulence switch and
-        ``price_scale`` unchanged."""
+        ``initial_cash`` and runs to the last day; costs, sizes, execution, margin, turbulence switch
+        and ``price_scale`` unchanged, except the trading rules named in ``changes``
+        (``execution="next_open"``, ``costs=...``, ``margin=...``, ``max_trade_shares=...``)."""
+        rules = dict(max_trade_shares=self.max_trade_shares, costs=self.costs, execution=self.execution,
+                     max_participation=self.max_participation, margin=self.margin,
+                     turbulence_threshold=self.turbulence_threshold, reward_scale=self.reward_scale,
+                     validate_actions=self.validate_actions)
+        unknown = sorted(set(changes) - set(rules) - {"cost_pct"})
+        if unknown:
+            raise ValueError(f"evaluation_env changes trading rules only ({', '.join(sorted(rules))}, cost_pct), "
+                             f"got {unknown}; build a new env for other data or settings")
+        if "cost_pct" in changes:
+            rules["costs"] = None
+        rules.update(changes)
         features = None
         if self.feature_names:  # back to the (feature, ticker) frame, so the labels travel too
             T, S, F = self.features.shape
             features = pd.DataFrame(self.features.cpu().numpy().transpose(0, 2, 1).reshape(T, F * S), index=self.dates,
                                     columns=pd.MultiIndex.from_product([self.feature_names, self.tickers]))
         turbulence = None if self.turbulence is None else pd.Series(self.turbulence.cpu().numpy(), index=self.dates)
+        frame = lambda x: None if x is None else pd.DataFrame(x.cpu().numpy(), index=self.dates,  # noqa: E731
+                                                               columns=self.tickers)
         return StockTradingVecEnv(
             self.close_frame(), features, turbulence, num_envs=num_envs, device=self.device,
-            initial_cash=self.initial_cash, max_trade_shares=self.max_trade_shares, cost_pct=self.cost_pct,
-            turbulence_threshold=self.turbulence_threshold, reward_scale=self.reward_scale,
-            price_scale=self.price_scale, dtype=self.dtype, validate_actions=self.validate_actions)
+            initial_cash=self.initial_cash, price_scale=self.price_scale, dtype=self.dtype,
+            open_prices=frame(self.open_prices), volume=frame(self.volume), **rules)
 
     def close_frame(self) -> pd.DataFrame:
         """The closes as a dates x tickers DataFrame."""

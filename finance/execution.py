@@ -1,7 +1,8 @@
-"""Order execution for a batch of long-only accounts: a pure function of tensors, no env state.
+"""Order execution for a batch of accounts: pure functions of tensors, no env state.
 
 ``execute_orders(cash, holdings, prices, orders, cost_pct)`` fills signed share orders at one
-price per stock, with the rules of ``finance.env.StockTradingVecEnv`` (which calls it every step):
+price per stock for long-only cash accounts paying a proportional cost, with the rules of
+``finance.env.StockTradingVecEnv`` (which calls it every step with its default settings):
 
 - sells execute first and are capped at the shares held (no short selling); an order of
   ``-inf`` sells the whole position;
@@ -14,13 +15,34 @@ price per stock, with the rules of ``finance.env.StockTradingVecEnv`` (which cal
 
 So cash and holdings never go negative, and ``cash + holdings . prices`` changes by exactly
 ``-costs`` (to float rounding). Orders are whole shares (the env rounds actions to them).
+
+``execute(cash, holdings, prices, orders, costs, day, ...)`` is the general fill the env uses
+with any other setting: any ``finance.costs`` model, a participation cap, and margin accounts
+(``Margin``: leverage, short selling). Each order splits into the part that *reduces* a
+position (toward 0, at most its size) and the part that *adds* exposure. Reductions always fill.
+The additions of an account are scaled by one factor ``f`` in [0, 1], the largest that keeps
+
+    gross' <= L * equity'        (gross = sum_s |h_s| p_s, equity = cash + sum_s h_s p_s),
+
+after the trade and its costs, then rounded toward zero to whole shares (``L`` the gross limit:
+1 for a cash account, where it reads ``cash' >= 0``; ``1 / initial`` margin, or ``max_gross``,
+for a margin account). Costs enter the budget as the cost model says they scale
+(``finance.costs``), so the bound holds whatever the model. A cash account (``L = 1``, no shorts)
+with ``Proportional(c)`` fills exactly as ``execute_orders`` (to float rounding).
+
+``margin_call(cash, holdings, prices, maintenance)`` says which accounts are below maintenance
+(``equity < maintenance * gross``): the env liquidates them at the next fill.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import NamedTuple
 
 import torch
+
+from finance.costs import CostModel, holding_costs, split_trade_costs
 
 
 class Execution(NamedTuple):
@@ -30,7 +52,52 @@ class Execution(NamedTuple):
     holdings: torch.Tensor  # (N, S) shares held after the trades
     trades: torch.Tensor  # (N, S) signed shares executed (negative: sold)
     traded_value: torch.Tensor  # (N,) value of the shares sold plus the shares bought, at ``prices``
-    costs: torch.Tensor  # (N,) cost_pct * traded_value
+    costs: torch.Tensor  # (N,) cost_pct * traded_value (execute: trade costs plus holding costs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Margin:
+    """The rules of a margin account: leverage and short selling (the env's ``margin=``; None, the
+    default, is a long-only cash account).
+
+    Args:
+        initial: initial margin, ``equity / gross`` a trade may not take the account below
+            (Reg T: 0.5, so gross exposure up to 2x equity). In (0, 1].
+        maintenance: ``equity < maintenance * gross`` at a close is a margin call: the env
+            liquidates every position of that account at its next fill (FINRA's minimum for
+            longs: 0.25). In [0, initial].
+        max_gross: a tighter gross exposure limit, ``gross / equity``, if any (e.g. 1.5).
+        shorts: allow short positions (selling shares not held).
+
+    Short-sale proceeds stay in cash, so cash can exceed equity; buying on margin makes it negative
+    (a loan, at no interest here). Borrowing stock costs ``finance.costs.BorrowFee`` if the cost
+    model has one.
+    """
+
+    initial: float = 0.5
+    maintenance: float = 0.25
+    max_gross: float | None = None
+    shorts: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("initial", "maintenance") + (("max_gross",) if self.max_gross is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"Margin {name} must be a finite number, got {value!r}")
+        if not 0 < self.initial <= 1:
+            raise ValueError(f"Margin initial must be in (0, 1] (equity / gross exposure; 0.5 allows 2x), got "
+                             f"{self.initial}")
+        if not 0 <= self.maintenance <= self.initial:
+            raise ValueError(f"Margin maintenance must be in [0, initial={self.initial}], got {self.maintenance}")
+        if self.max_gross is not None and self.max_gross <= 0:
+            raise ValueError(f"Margin max_gross must be > 0 (gross exposure / equity), got {self.max_gross}")
+        if not isinstance(self.shorts, bool):
+            raise ValueError(f"Margin shorts must be True or False, got {self.shorts!r}")
+
+    @property
+    def gross_limit(self) -> float:
+        """``L``: the most gross exposure a trade may reach, as a multiple of equity."""
+        return min(1.0 / self.initial, math.inf if self.max_gross is None else self.max_gross)
 
 
 def execute_orders(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, orders: torch.Tensor,
@@ -58,3 +125,56 @@ def execute_orders(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Ten
     trades = buy.sub_(sell)  # (N, S) signed shares
     traded_value = sell_value + buy_value
     return Execution(cash, holdings + trades, trades, traded_value, traded_value * cost_pct)
+
+
+def margin_call(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, maintenance: float) -> torch.Tensor:
+    """(N,) bool: accounts whose equity ``cash + h . p`` is below ``maintenance`` times their gross
+    exposure ``|h| . p`` at ``prices``."""
+    equity = cash + torch.linalg.vecdot(holdings, prices)
+    return equity < maintenance * torch.linalg.vecdot(holdings.abs(), prices)
+
+
+def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, orders: torch.Tensor, costs: CostModel,
+            day: torch.Tensor, *, gross_limit: float = 1.0, shorts: bool = False,
+            max_shares: torch.Tensor | None = None) -> Execution:
+    """Fill ``orders`` (N, S) signed whole shares at ``prices`` (N, S) under any cost model and
+    margin rule (module doc): the general form of ``execute_orders``.
+
+    Args:
+        cash, holdings: (N,), (N, S) the accounts (holdings < 0 are short positions).
+        costs: a bound ``finance.costs`` model; ``day`` (N,) the data rows it reads (the decision day).
+        gross_limit: ``L``, gross exposure after a trade <= L * equity (1: a cash account).
+        shorts: allow sells beyond the holdings; off, sells are capped at the shares held.
+        max_shares: (N, S) most shares traded per stock (a participation cap), or None.
+
+    Returns ``Execution``; its ``costs`` are the trade costs plus the holding costs of the
+    positions after the trades (``BorrowFee``). The inputs are not modified.
+    """
+    if max_shares is not None:
+        orders = torch.minimum(torch.maximum(orders, -max_shares), max_shares)
+    if not shorts:
+        orders = torch.maximum(orders, -holdings.clamp(min=0.0))  # sells capped at the shares held
+    # Split every order into the part that reduces the position (toward 0) and the part that adds.
+    opposite = orders * holdings < 0
+    reduce = torch.where(opposite, torch.copysign(torch.minimum(orders.abs(), holdings.abs()), orders), 0.0)
+    add = orders - reduce
+    after_reduce = holdings + reduce
+    # Costs paid whatever f (reductions, fixed fees, holdings left), and what f adds to them.
+    reduce_cost, _ = split_trade_costs(costs, reduce.abs(), prices, day)
+    full_cost, fixed_cost = split_trade_costs(costs, orders.abs(), prices, day)
+    hold_reduce, hold_full = holding_costs(costs, after_reduce, prices), holding_costs(costs, holdings + orders, prices)
+    # gross' <= L equity' for f in [0, 1]: slack - paid >= f * slope, where slack = equity - gross_r / L
+    # (cash + sold value for a cash account, no cancellation) and slope = added value / L + its costs.
+    slack = cash + torch.linalg.vecdot(holdings - after_reduce.abs() / gross_limit, prices)
+    paid = slack - (reduce_cost + fixed_cost + hold_reduce)
+    slope = torch.linalg.vecdot(add.abs(), prices) / gross_limit + (full_cost - reduce_cost) + (hold_full - hold_reduce)
+    margin = 1.0 - 64 * torch.finfo(cash.dtype).eps  # shrink a limited fill by 64 ulps, as execute_orders
+    f = torch.where(paid >= slope, 1.0, (paid / slope.clamp(min=torch.finfo(cash.dtype).tiny) * margin).clamp(0.0, 1.0))
+    trades = reduce + (add * f[:, None]).trunc_()  # whole shares, toward zero
+    after = holdings + trades
+    trade_cost, fixed_paid = split_trade_costs(costs, trades.abs(), prices, day)
+    paid_costs = trade_cost + fixed_paid + holding_costs(costs, after, prices)
+    paid_costs = paid_costs + torch.zeros_like(cash)  # a (N,) tensor when the model has no cost
+    cash = cash - torch.linalg.vecdot(trades, prices) - paid_costs
+    traded_value = torch.linalg.vecdot(trades.abs(), prices)
+    return Execution(cash, after, trades, traded_value, paid_costs)

@@ -7,7 +7,8 @@ the initial cash; it builds the env for exactly those settings and returns a ``B
 with the baselines traded on the same days at the same cost. ``interactive_backtest`` lays the
 controls out and redraws the metrics table and the figure when one changes. Sliders send their
 value when released (``continuous_update=False``), and results are cached per setting, so a
-redraw never queues one backtest per pixel and going back to a setting is instant.
+redraw never queues one backtest per pixel and going back to a setting is instant. The table and
+the status line print each metric in one format (``finance.widgets.METRIC_FORMATS``).
 """
 
 from __future__ import annotations
@@ -113,14 +114,27 @@ def run_backtest(market: MarketData, policies: Mapping[str, Any] | None, control
     return result
 
 
-def metrics_table(result: BacktestResult) -> pd.DataFrame:
-    """The panel's table: the policy and its baselines, one row each, rounded for reading."""
-    return compare(result).round(3)
+def metrics_table(result: BacktestResult):
+    """The panel's table: the policy and its baselines, one row each, as a pandas ``Styler`` in the
+    formats of the status line (returns, drawdown and costs in %, ratios to two decimals;
+    ``finance.widgets.METRIC_FORMATS``). ``.data`` is the numbers."""
+    from finance.widgets import styled_metrics  # matplotlib: imported when a notebook needs it
+
+    return styled_metrics(compare(result))
+
+
+def window_readout(start: Any, end: Any, dates: pd.Index) -> str:
+    """The dates slider's readout: its window and how many trading days (rows of ``dates``) it holds."""
+    start, end = pd.Timestamp(start), pd.Timestamp(end)
+    days = int(((dates >= start) & (dates <= end)).sum())
+    return f"{start.date()} .. {end.date()} ({days:,} day{'s' if days != 1 else ''})"
 
 
 class InteractiveBacktest:
     """The ipywidgets panel. ``display(panel)`` shows it; ``panel.controls()`` is the current
-    setting, ``panel.result`` the backtest on screen, ``panel.widgets`` the controls by name."""
+    setting, ``panel.result`` the backtest on screen, ``panel.widgets`` the controls by name,
+    ``panel.window_readout`` the label that reads the dates slider. The quantile slider is
+    disabled while the turbulence switch is off."""
 
     def __init__(self, market: MarketData, policies: Mapping[str, Any] | None = None, split: str = "test",
                  cache_size: int = 32):
@@ -137,22 +151,24 @@ class InteractiveBacktest:
             "policy": widgets.Dropdown(options=names, value=names[0], description="policy"),
             "window": widgets.SelectionRangeSlider(options=[(str(d.date()), d) for d in dates],
                                                    index=(0, len(dates) - 1), description="dates",
-                                                   # its readout box cuts two dates short: the status line
-                                                   # under the slider names the window instead
+                                                   # its own readout box cuts two dates short: the label
+                                                   # beside it (window_readout) reads the window instead
                                                    readout=False, continuous_update=False,
-                                                   layout=widgets.Layout(width="95%")),
+                                                   layout=widgets.Layout(width="65%")),
             "cost_pct": widgets.FloatSlider(value=1e-3, min=0.0, max=0.01, step=5e-4, description="cost",
                                             readout_format=".2%", continuous_update=False),
             "turbulence_on": widgets.Checkbox(value=False, description="turbulence switch"),
             # The threshold in quantiles of the training years' turbulence: 0.99 = FinRL's usual setting.
             "turbulence_quantile": widgets.FloatSlider(value=0.99, min=0.5, max=1.0, step=0.005,
                                                        description="at quantile", readout_format=".3f",
-                                                       continuous_update=False),
+                                                       continuous_update=False, disabled=True),  # switch off
             "initial_cash": widgets.FloatLogSlider(value=1e6, base=10, min=4, max=8, step=0.25,
                                                    description="cash", readout_format=",.0f",
                                                    continuous_update=False),
         }
         self._turbulence_train = market.turbulence["train"]
+        self._dates = dates
+        self.window_readout = widgets.Label(window_readout(dates[0], dates[-1], dates))
         self.status = widgets.HTML()
         self.table = widgets.Output()
         self.figure = widgets.Output()
@@ -162,7 +178,7 @@ class InteractiveBacktest:
         self.panel = widgets.VBox([
             widgets.HBox([w["policy"], w["cost_pct"], w["initial_cash"]]),
             widgets.HBox([w["turbulence_on"], w["turbulence_quantile"]]),
-            w["window"], self.status, self.table, self.figure])
+            widgets.HBox([w["window"], self.window_readout]), self.status, self.table, self.figure])
         self.result: BacktestResult | None = None
         self.update()
 
@@ -187,6 +203,8 @@ class InteractiveBacktest:
         """Re-run for the current controls and redraw the table and the figure."""
         from IPython.display import display
 
+        from finance.widgets import format_metric
+
         controls = self.controls()
         try:
             self.result = self.backtest(controls)
@@ -194,10 +212,12 @@ class InteractiveBacktest:
             self.status.value = f"<b>cannot backtest this setting:</b> {err}"
             return
         m = self.result.metrics()
-        days = self.result.account_value.index  # the dates slider has no readout: name the window here
-        costs = "not traded" if pd.isna(m["costs"]) else f"costs {m['costs']:.2%} of the cash"  # the index
+        days = self.result.account_value.index
+        costs = ("not traded" if pd.isna(m["costs"])  # the index
+                 else f"costs {format_metric('costs', m['costs'])} of the cash")
         self.status.value = (f"<b>{controls.policy}</b>, {days[0].date()} .. {days[-1].date()}: Sharpe "
-                             f"{m['sharpe']:.2f}, return {m['cumulative_return']:.1%}, {costs}")
+                             f"{format_metric('sharpe', m['sharpe'])}, return "
+                             f"{format_metric('cumulative_return', m['cumulative_return'])}, {costs}")
         self.table.clear_output(wait=True)
         with self.table:
             display(metrics_table(self.result))
@@ -206,7 +226,12 @@ class InteractiveBacktest:
             display(self.result.plot())
 
     def _on_change(self, change: dict) -> None:
-        if change["owner"] is self.widgets["turbulence_quantile"] and not self.widgets["turbulence_on"].value:
+        w = self.widgets
+        if change["owner"] is w["turbulence_on"]:
+            w["turbulence_quantile"].disabled = not change["new"]  # a threshold only counts with the switch on
+        if change["owner"] is w["window"]:
+            self.window_readout.value = window_readout(*change["new"], self._dates)
+        if change["owner"] is w["turbulence_quantile"] and not w["turbulence_on"].value:
             return  # the threshold moved while the switch is off: nothing to re-run
         self.update()
 

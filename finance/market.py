@@ -6,7 +6,12 @@ history (they are causal, so later rows never leak into earlier ones), rescales 
 indicators to ratios of the close, fits the feature scaler on the training dates only, and
 splits by date. ``MarketData.env(...)`` then builds a ``StockTradingVecEnv`` on any split with
 the training split's ``price_scale``, so train, validation and test envs see the same numbers
-for the same price.
+for the same price. With OHLCV data (``source="sample_ohlcv"`` or yfinance) the market keeps the
+opens and the volume too, and its envs get them: ``execution="next_open"``, volume-based costs and
+participation caps work on them (``docs/trading_realism.md``).
+
+``compare_execution`` backtests one policy under several fill timings and cost models: what the
+optimistic default (fills at the close the policy just saw, a proportional cost) hides.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finance.backtest import METRICS, backtest
+from finance.costs import CostModel, as_cost_model
 from finance.data import SAMPLE_TICKERS, load_benchmark, load_prices
-from finance.env import StockTradingVecEnv
+from finance.env import EXECUTIONS, StockTradingVecEnv
 from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, split_by_date, turbulence
 
 DateRange = tuple[str | None, str | None]
@@ -31,13 +38,16 @@ PRICE_LEVEL = ("macd", "boll_ub", "boll_lb", "close_")
 
 @dataclass
 class MarketData:
-    """Closes, scaled features, turbulence and the index close for each split."""
+    """Closes, scaled features, turbulence and the index close for each split; opens and volume
+    when the prices had them."""
 
     close: dict[str, pd.DataFrame]  # split -> (dates, tickers)
     features: dict[str, pd.DataFrame]  # split -> (dates, (feature, ticker)), scaled on train
     turbulence: dict[str, pd.Series]  # split -> (dates,)
     benchmark: dict[str, pd.Series] = field(default_factory=dict)  # split -> index close, if any
     price_scale: np.ndarray | None = None  # first training close per ticker
+    open: dict[str, pd.DataFrame] = field(default_factory=dict)  # split -> (dates, tickers), if any
+    volume: dict[str, pd.DataFrame] = field(default_factory=dict)  # split -> (dates, tickers) shares, if any
 
     @property
     def tickers(self) -> list[str]:
@@ -46,9 +56,15 @@ class MarketData:
     def env(self, split: str = "train", num_envs: int = 1, device: str | torch.device = "cpu",
             **env_kwargs: Any) -> StockTradingVecEnv:
         """A ``StockTradingVecEnv`` on ``split``. For training pass ``random_start=True`` and an
-        ``episode_length``; the default is a deterministic run over the whole split."""
+        ``episode_length``; the default is a deterministic run over the whole split. The split's
+        opens and volume go with it when the market has them (``execution="next_open"``,
+        ``finance.SqrtImpact``, ``max_participation``)."""
         if split not in self.close:
             raise ValueError(f"unknown split {split!r}; this market has {sorted(self.close)}")
+        if split in self.open:
+            env_kwargs.setdefault("open_prices", self.open[split])
+        if split in self.volume:
+            env_kwargs.setdefault("volume", self.volume[split])
         return StockTradingVecEnv(self.close[split], self.features[split], self.turbulence[split],
                                   num_envs=num_envs, device=device, price_scale=self.price_scale, **env_kwargs)
 
@@ -92,8 +108,9 @@ def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source:
     if relative:
         feats = relative_features(feats, close)
     turb = turbulence(close, window=turbulence_window)
-    splits = split_by_date({"close": close, "features": feats, "turbulence": turb},
-                           train=train, valid=valid, test=test)
+    frames = {"close": close, "features": feats, "turbulence": turb}
+    frames.update({f: prices[f] for f in ("open", "volume") if f in prices.columns.get_level_values(0)})
+    splits = split_by_date(frames, train=train, valid=valid, test=test)
     scaler = FeatureScaler().fit(splits["train"]["features"])
     benchmark: dict[str, pd.Series] = {}
     if source in ("sample", "yfinance"):
@@ -107,4 +124,42 @@ def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source:
         turbulence={name: part["turbulence"] for name, part in splits.items()},
         benchmark=benchmark,
         price_scale=splits["train"]["close"].iloc[0].to_numpy(),
+        open={name: part["open"] for name, part in splits.items() if "open" in part},
+        volume={name: part["volume"] for name, part in splits.items() if "volume" in part},
     )
+
+
+def compare_execution(policy: Any, market_or_env: MarketData | StockTradingVecEnv,
+                      executions: Sequence[str] = EXECUTIONS, costs: dict[str, Any] | None = None,
+                      split: str = "test", metrics: Sequence[str] = ("sharpe", "annual_return", "costs", "turnover"),
+                      **backtest_kwargs: Any) -> pd.DataFrame:
+    """Backtest ``policy`` once per (execution, cost model); one row each, ``metrics`` as columns.
+
+    Args:
+        policy: anything ``finance.backtest`` runs.
+        market_or_env: a ``MarketData`` (its ``split`` env) or a ``StockTradingVecEnv``.
+        executions: fill timings, from ``"close"`` (optimistic), ``"next_close"``, ``"next_open"``
+            (needs opens: OHLCV data).
+        costs: name -> cost model (a ``finance.costs`` model, or a number: a proportional rate);
+            default the env's own, as ``{"env": env.costs}``.
+        metrics: columns, from ``finance.backtest.METRICS`` (``costs``: paid / initial value).
+        backtest_kwargs: passed on to ``backtest`` (``bars_per_year``, ``name``).
+
+    Returns a DataFrame indexed by (execution, costs).
+    """
+    env = market_or_env.env(split) if isinstance(market_or_env, MarketData) else market_or_env
+    if not isinstance(env, StockTradingVecEnv):
+        raise TypeError(f"compare_execution takes a MarketData or a StockTradingVecEnv, got {type(env).__name__}")
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; choose from {METRICS}")
+    models: dict[str, CostModel] = {"env": env.costs} if costs is None else {
+        str(name): as_cost_model(model, f"costs[{name!r}]") for name, model in costs.items()}
+    rows = {}
+    for execution in executions:
+        for name, model in models.items():
+            result = backtest(policy, env, execution=execution, costs=model, baselines=False, **backtest_kwargs)
+            rows[(execution, name)] = result.metrics()[list(metrics)]
+    table = pd.DataFrame(rows).T
+    table.index.names = ["execution", "costs"]
+    return table

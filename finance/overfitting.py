@@ -14,8 +14,15 @@ best. The best backtest then looks better than the strategy is. Three guards, fr
   symmetric cross-validation (CSCV): how often the in-sample winner is below the out-of-sample
   median.
 
+Trials of one lineage (tournament entries, neighbouring hyperparameters) are correlated, so their
+count overstates the independent trials the DSR should deflate for: ``effective_trials`` estimates
+the number from the trials' correlation matrix, and ``deflated_sharpe_ratio(num_trials="effective",
+trial_returns=...)`` uses it.
+
 Sharpe ratios inside the formulas are per period (per bar: daily for daily returns), never
-annualised; ``periods_per_year`` only converts the Sharpe ratios you pass in or get back. No
+annualised; ``periods_per_year`` only converts the Sharpe ratios you pass in or get back. A
+per-period Sharpe ratio above ``PLAUSIBLE_PER_PERIOD_SHARPE`` that the data do not come near
+warns: it is most likely an annualised one passed without ``periods_per_year``. No
 maintained library we could install cheaply computes all three (skfolio has PSR and DSR but
 brings scikit-learn and cvxpy; empyrical has neither), so they are written here from the papers
 and tested against the DSR paper's worked example, closed forms and Monte-Carlo checks.
@@ -26,20 +33,27 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from finance.data.checks import check_numeric
+
 EULER_GAMMA = float(np.euler_gamma)  # γ ≈ 0.5772, in the expected maximum of N normals (DSR paper)
 MIN_OBSERVATIONS = 3  # skewness needs three returns; a useful PSR needs far more
+# A per-period Sharpe ratio of 0.5 is 7.9 a year on daily bars, 1.7 on monthly ones: above it, and
+# well above what the returns show, a Sharpe ratio was most likely annualised (see _warn_if_annualised).
+PLAUSIBLE_PER_PERIOD_SHARPE = 0.5
+EFFECTIVE_TRIALS_METHODS = ("eigenvalues", "correlation")
 
 
 # ---------------------------------------------------------------------------- input checks
 def _check_returns(returns: Any, what: str = "returns") -> np.ndarray:
     """A 1-D float array of returns without NaN, or an error saying what is wrong and the fix."""
-    r = np.asarray(returns, dtype=np.float64)
+    r = check_numeric(returns, what)
     if r.ndim != 1:
         raise ValueError(f"{what} must be one series of per-period returns, got shape {r.shape}; pass one column "
                          "(e.g. trial_returns[name])")
@@ -64,6 +78,15 @@ def _per_period(sharpe: float, periods_per_year: float | None, what: str) -> flo
         raise ValueError(f"periods_per_year must be positive (252 for daily bars), got {periods_per_year} "
                          f"(converting {what})")
     return float(sharpe) / math.sqrt(periods_per_year)
+
+
+def _warn_if_annualised(sharpe: float, observed: float, what: str) -> None:
+    """Warn when a per-period Sharpe ratio ``sharpe`` looks annualised: above
+    ``PLAUSIBLE_PER_PERIOD_SHARPE`` and more than twice the ``observed`` per-period one."""
+    if abs(sharpe) > PLAUSIBLE_PER_PERIOD_SHARPE and abs(sharpe) > 2.0 * abs(observed):
+        warnings.warn(f"{what}={sharpe:g} is read per period (periods_per_year is None), {sharpe * math.sqrt(252):.1f} "
+                      f"a year on daily bars, while the returns show {observed:.3g} per period; if it is annualised, "
+                      f"pass periods_per_year (252 for daily bars)", UserWarning, stacklevel=3)
 
 
 # ---------------------------------------------------------------------------- Sharpe ratio and PSR
@@ -134,9 +157,17 @@ def probabilistic_sharpe_ratio(returns: pd.Series | np.ndarray, benchmark_sharpe
         periods_per_year: bars per year when ``benchmark_sharpe`` is annualised.
     """
     r = _check_returns(returns)
+    benchmark = _per_period(benchmark_sharpe, periods_per_year, "benchmark_sharpe")
+    if periods_per_year is None:
+        _warn_if_annualised(benchmark, r.mean() / r.std(ddof=1), "benchmark_sharpe")
+    return _psr(r, benchmark)
+
+
+def _psr(r: np.ndarray, benchmark_sharpe: float) -> float:
+    """The PSR of checked returns ``r`` against a per-period ``benchmark_sharpe``."""
     sr = r.mean() / r.std(ddof=1)
     return psr_from_moments(sr, len(r), float(stats.skew(r)), float(stats.kurtosis(r, fisher=False)),
-                            _per_period(benchmark_sharpe, periods_per_year, "benchmark_sharpe"))
+                            benchmark_sharpe)
 
 
 # ---------------------------------------------------------------------------- DSR
@@ -161,9 +192,54 @@ def expected_max_sharpe(num_trials: int, trials_sharpe_std: float) -> float:
     return float(trials_sharpe_std * z)
 
 
-def deflated_sharpe_ratio(returns: pd.Series | np.ndarray, num_trials: int | None = None,
+def effective_trials(trial_returns: pd.DataFrame | np.ndarray, method: str = "eigenvalues") -> float:
+    """N_eff, the number of independent trials that ``trial_returns`` (dates x trials) are worth.
+
+    Correlated trials (entries of one tournament lineage, neighbouring hyperparameters) are fewer
+    independent draws than their count N; the DSR should deflate for the best of N_eff. From the
+    correlation matrix C of the trials' returns:
+
+    - ``"eigenvalues"`` (default): Galwey (2009), "A new measure of the effective number of
+      tests, a practical tool for comparing families of non-independent significance tests",
+      Genetic Epidemiology 33(7): N_eff = (Σ_i sqrt(λ_i))^2 / Σ_i λ_i, λ_i >= 0 the eigenvalues
+      of C. Each cluster of near-identical trials counts about once (two independent clusters of
+      ten copies: 2), N uncorrelated trials count N, and it moves smoothly with the correlations.
+    - ``"correlation"``: Kish's (1965, "Survey Sampling") design effect,
+      N_eff = N / (1 + (N - 1) ρ̄), ρ̄ the mean off-diagonal correlation: the number of
+      independent trials whose mean is as noisy as the mean of N equicorrelated ones. Blind to
+      clusters, and harsh on a common factor.
+
+    Both give N when uncorrelated, 1 when identical; the result is clipped to [1, N]. A trial
+    that never trades (constant returns) has no correlation with anything. Note that the DSR's
+    spread of the trials' Sharpe ratios already shrinks by sqrt(1 - ρ) under a common factor, so
+    N_eff matters most when trials come in clusters. Returns a float; ``deflated_sharpe_ratio``
+    rounds it.
+    """
+    return _effective_trials(_check_trials(trial_returns, None), method)
+
+
+def _effective_trials(frame: pd.DataFrame, method: str) -> float:
+    if method not in EFFECTIVE_TRIALS_METHODS:
+        raise ValueError(f"unknown method {method!r}; use one of {EFFECTIVE_TRIALS_METHODS}")
+    x = frame.to_numpy(dtype=np.float64)
+    N = x.shape[1]
+    std = x.std(axis=0)
+    z = np.divide(x - x.mean(axis=0), std, out=np.zeros_like(x), where=std > 0)
+    corr = z.T @ z / len(x)
+    np.fill_diagonal(corr, 1.0)  # a constant trial: correlation 1 with itself, 0 with the others
+    if method == "correlation":
+        mean_rho = (corr.sum() - N) / (N * (N - 1))
+        n_eff = N / (1.0 + (N - 1) * mean_rho) if mean_rho > 0 else float(N)
+    else:
+        lam = np.clip(np.linalg.eigvalsh(corr), 0.0, None)  # round-off can make a zero eigenvalue -1e-17
+        n_eff = float(np.sqrt(lam).sum() ** 2 / lam.sum())
+    return float(np.clip(n_eff, 1.0, N))
+
+
+def deflated_sharpe_ratio(returns: pd.Series | np.ndarray, num_trials: int | str | None = None,
                           trials_sharpe_std: float | None = None, *,
                           trial_sharpes: Sequence[float] | pd.Series | np.ndarray | None = None,
+                          trial_returns: pd.DataFrame | None = None, effective_method: str = "eigenvalues",
                           periods_per_year: float | None = None) -> float:
     """Probability that the selected strategy's true Sharpe ratio is positive, after selection (DSR).
 
@@ -172,17 +248,37 @@ def deflated_sharpe_ratio(returns: pd.Series | np.ndarray, num_trials: int | Non
     Sharpe ratio the best of N skill-less trials is expected to show. DSR >= 0.95 is the paper's
     bar for a discovery at 95% confidence.
 
-    Give the trials one of two ways:
+    Give the trials one of three ways:
         ``trial_sharpes``: the Sharpe ratios of every trial evaluated, not only the winner
             (``sharpe_ratio(trial_returns, periods_per_year)``); N = their count and the spread
             their sample std (ddof=1), unless ``num_trials`` overrides N (e.g. with an estimate
             of the number of *independent* trials, smaller when trials are correlated);
+        ``trial_returns``: every trial's per-period returns (dates x trials); the Sharpe ratios
+            are computed from them (a trial that never trades counts with Sharpe 0), and
+            ``num_trials="effective"`` sets N to ``round(effective_trials(trial_returns,
+            effective_method))``, the number of independent trials they are worth;
         ``num_trials`` and ``trials_sharpe_std``.
 
     Units: ``trial_sharpes`` and ``trials_sharpe_std`` are per period when ``periods_per_year``
     is None, annualised when it is given (divided by ``sqrt(periods_per_year)`` here), like the
     benchmark of ``probabilistic_sharpe_ratio``. ``returns`` are per-period returns either way.
     """
+    r = _check_returns(returns)
+    if num_trials == "effective" and trial_returns is None:
+        raise ValueError("num_trials='effective' estimates the independent trials from their returns: pass "
+                         "trial_returns (dates x trials) too")
+    if trial_returns is not None:
+        if trial_sharpes is not None or trials_sharpe_std is not None:
+            raise ValueError("pass trial_returns, or trial_sharpes, or trials_sharpe_std, not several: each gives "
+                             "the trials' Sharpe ratios")
+        frame = _check_trials(trial_returns, None)
+        std = frame.std(ddof=1)
+        trial_sharpes = (frame.mean() / std.where(std > 0)).fillna(0.0).to_numpy()  # per period
+        periods_per_year = None
+        if num_trials == "effective":
+            num_trials = max(1, round(_effective_trials(frame, effective_method)))
+    elif isinstance(num_trials, str):
+        raise ValueError(f"num_trials must be a whole number or 'effective' (with trial_returns), got {num_trials!r}")
     if trial_sharpes is not None:
         if trials_sharpe_std is not None:
             raise ValueError("pass either trial_sharpes or trials_sharpe_std, not both: the spread is computed from "
@@ -191,13 +287,17 @@ def deflated_sharpe_ratio(returns: pd.Series | np.ndarray, num_trials: int | Non
         if len(s) < 2 or not np.isfinite(s).all():
             raise ValueError(f"trial_sharpes needs at least 2 finite Sharpe ratios (every trial tried), got "
                              f"{len(s)} with {int((~np.isfinite(s)).sum())} non-finite")
+        if periods_per_year is None:
+            _warn_if_annualised(float(np.median(np.abs(s))), r.mean() / r.std(ddof=1), "median |trial_sharpes|")
         trials_sharpe_std = float(s.std(ddof=1))
         num_trials = len(s) if num_trials is None else num_trials
     elif num_trials is None or trials_sharpe_std is None:
         raise ValueError("say how many trials were run and how spread their Sharpe ratios are: pass "
                          "trial_sharpes=sharpe_ratio(trial_returns), or num_trials=N and trials_sharpe_std=std")
     std = _per_period(trials_sharpe_std, periods_per_year, "trials_sharpe_std")
-    return probabilistic_sharpe_ratio(returns, expected_max_sharpe(num_trials, std))
+    if periods_per_year is None and trial_sharpes is None:
+        _warn_if_annualised(std, r.mean() / r.std(ddof=1), "trials_sharpe_std")
+    return _psr(r, expected_max_sharpe(num_trials, std))
 
 
 # ---------------------------------------------------------------------------- PBO by CSCV
@@ -262,13 +362,28 @@ class PBOResult:
                 f"prob_oos_loss={self.prob_oos_loss:.3f})")
 
 
-def _check_trials(trial_returns: Any, n_splits: int) -> pd.DataFrame:
-    """The (dates x trials) returns as a float frame, or an error naming the problem and the fix."""
+def _check_trials(trial_returns: Any, n_splits: int | None) -> pd.DataFrame:
+    """The (dates x trials) returns as a float frame, or an error naming the problem and the fix.
+    ``n_splits`` None skips the CSCV checks (``effective_trials``, the DSR)."""
+    if isinstance(trial_returns, pd.Series) or (not isinstance(trial_returns, pd.DataFrame) and
+                                                np.ndim(trial_returns) != 2):
+        raise ValueError("trial_returns needs at least 2 trials (columns) to select among, got a 1-D series; pass a "
+                         "DataFrame with one column of per-period returns per strategy tried (dates x trials)")
     frame = trial_returns if isinstance(trial_returns, pd.DataFrame) else pd.DataFrame(np.asarray(trial_returns))
-    if frame.ndim != 2 or frame.shape[1] < 2:
-        raise ValueError(f"trial_returns needs at least 2 trials (columns) to select among, got "
-                         f"{frame.shape[1] if frame.ndim == 2 else 'a 1-D series'}; pass a DataFrame with one column "
-                         "of per-period returns per strategy tried (dates x trials)")
+    values = check_numeric(frame, "trial_returns")
+    if frame.shape[1] < 2:
+        raise ValueError(f"trial_returns needs at least 2 trials (columns) to select among, got {frame.shape[1]}; pass "
+                         "a DataFrame with one column of per-period returns per strategy tried (dates x trials)")
+    frame = pd.DataFrame(values, index=frame.index, columns=frame.columns)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        cols = [str(c) for c in frame.columns[bad.any(axis=0)]]
+        raise ValueError(f"trial_returns holds {int(bad.sum())} NaN or infinite value(s) in trial(s) {cols[:8]}; CSCV "
+                         "compares every trial on the same dates: drop the dates where a trial has no return "
+                         "(trial_returns.dropna()) or fill days without a position with 0.0")
+    _check_distinct(frame)
+    if n_splits is None:
+        return frame
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2 or n_splits % 2:
         hint = f"; pass {n_splits - 1} or {n_splits + 1}" if isinstance(n_splits, (int, np.integer)) and n_splits > 2 \
             else ""
@@ -277,19 +392,37 @@ def _check_trials(trial_returns: Any, n_splits: int) -> pd.DataFrame:
     if math.comb(n_splits, n_splits // 2) > MAX_COMBINATIONS:
         raise ValueError(f"n_splits={n_splits} gives {math.comb(n_splits, n_splits // 2):,} splits, more than "
                          f"{MAX_COMBINATIONS:,}; pass n_splits=16 (12,870 splits) or fewer")
-    values = frame.to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        cols = [str(c) for c in frame.columns[bad.any(axis=0)]]
-        raise ValueError(f"trial_returns holds {int(bad.sum())} NaN or infinite value(s) in trial(s) {cols[:8]}; CSCV "
-                         "compares every trial on the same dates: drop the dates where a trial has no return "
-                         "(trial_returns.dropna()) or fill days without a position with 0.0")
     if len(frame) < 2 * n_splits:
         fit = 2 * (len(frame) // 4)
         fix = f"pass n_splits={fit} or more dates" if fit >= 2 else "pass more dates"
         raise ValueError(f"trial_returns has {len(frame)} dates, too few for n_splits={n_splits}: each of the "
                          f"{n_splits} blocks needs at least 2 dates (dozens for a useful Sharpe ratio); {fix}")
     return frame
+
+
+def _check_distinct(frame: pd.DataFrame) -> None:
+    """Raise when fewer than 2 trials differ or every trial is flat; warn about exact duplicates.
+
+    Identical trials tie on every split, and CSCV then reads each tie as the median: a PBO of
+    1.0 that says nothing about overfitting. Duplicates also count twice in N."""
+    values = np.ascontiguousarray(frame.to_numpy().T)  # one trial per row
+    first: dict[bytes, int] = {}
+    for i, trial in enumerate(values):
+        first.setdefault(trial.tobytes(), i)  # the exact bytes: identical returns on every date
+    if len(first) < 2:
+        raise ValueError(f"trial_returns has {frame.shape[1]} trials but they are all identical (the same return on "
+                         "every date); with nothing to choose between, PBO and DSR are meaningless. Pass the returns "
+                         "of the different strategies tried (did every entry load the same checkpoint?)")
+    if (np.ptp(values, axis=1) == 0).all():
+        raise ValueError("every trial in trial_returns is constant (no trial ever varies: a strategy that never "
+                         "trades); there is no Sharpe ratio to compare. Pass the returns of strategies that trade")
+    dropped = sorted(set(range(frame.shape[1])) - set(first.values()))
+    if dropped:
+        names = [str(frame.columns[i]) for i in dropped]
+        warnings.warn(f"trial_returns: {len(dropped)} trial(s) {names[:8]} repeat another trial exactly; each copy "
+                      f"counts as a trial (N = {frame.shape[1]}, {len(first)} distinct). Drop them "
+                      "(trial_returns.T.drop_duplicates().T) if they are the same strategy run twice",
+                      UserWarning, stacklevel=4)
 
 
 def _moment_metrics(blocks: np.ndarray, train: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:

@@ -30,9 +30,22 @@ def stock_trading_env(num_envs: int = 1, device: Any = "cpu", split: str = "trai
     return prepare_market().env(split, num_envs, device=device, **env_kwargs)
 
 
+def portfolio_env(num_envs: int = 1, device: Any = "cpu", split: str = "train", **env_kwargs: Any) -> Any:
+    """The portfolio-allocation env (``finance.PortfolioVecEnv``: target weights over the 20 stocks and cash)
+    on the bundled sample's closes: one-year episodes from random days of the training years for
+    ``split="train"``, one deterministic account over the whole split for ``"valid"`` and ``"test"``."""
+    from finance.market import prepare_market
+    from finance.portfolio_env import PortfolioVecEnv
+
+    if split == "train":
+        env_kwargs = {"random_start": True, "episode_length": 252, **env_kwargs}
+    return PortfolioVecEnv(prepare_market().close[split], num_envs=num_envs, device=device, **env_kwargs)
+
+
 def register() -> None:
     """Register the presets, the ``stock_trading`` env and the trusted factories with podracer."""
     podracer.register_presets(PRESETS_FILE)
     podracer.register_env("stock_trading", stock_trading_env)
-    for factory in ("finance.env:StockTradingVecEnv", "finance.demo:train_env", "finance.demo:eval_env"):
+    podracer.register_env("portfolio", portfolio_env)
+    for factory in ("finance.env:StockTradingVecEnv", "finance.portfolio_env:PortfolioVecEnv", "finance.demo:train_env", "finance.demo:eval_env"):
         register_factory(factory)

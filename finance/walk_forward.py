@@ -31,7 +31,7 @@ observation's ``price_scale`` are fitted on each training window alone. ``fit`` 
 Carry-over. Test window k trades from its first bar through its last, and is marked on the next
 window's first bar, where window k+1 starts from the same cash and shares (``StockTradingVecEnv.
 reset(options=...)``), not a fresh account: rebalancing at a boundary is an ordinary trade and
-pays ``cost_pct``. The stitched curve follows ``finance.backtest``'s conventions (value before the
+pays its costs. The stitched curve follows ``finance.backtest``'s conventions (value before the
 day's trades; no trade on the last bar), so ``.metrics()``, ``.plot()`` and ``compare()`` work.
 
 Policies. ``fit(train)`` (``fit(train, previous)`` with ``warm_start=True``, ``previous`` the last
@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finance.backtest import BacktestResult, BuyAndHoldPolicy, buy_and_hold, index_baseline, play_episode
+from finance.backtest import BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, index_baseline, play_episode
 from finance.data.checks import check_int
 from finance.env import StockTradingVecEnv
 from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, turbulence, warmup_days
@@ -84,10 +84,11 @@ class WalkForwardResult(BacktestResult):
     windows: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     policies: list = dataclasses.field(default_factory=list)
 
-    def plot(self, baselines: bool = True, max_tickers: int = 40):
-        """``BacktestResult.plot`` with a dotted line at each window boundary (a refit)."""
-        fig = super().plot(baselines, max_tickers)
-        for ax in fig.axes[:2]:  # equity and drawdown
+    def plot(self, baselines: bool = True, max_tickers: int = 40, sharpe_window: int = 63):
+        """``BacktestResult.plot`` with a dotted line at each window boundary (a refit); shown once
+        in a notebook, whatever the cell ends with."""
+        fig = super().plot(baselines, max_tickers, sharpe_window)
+        for ax in fig.axes[:3]:  # equity, drawdown, rolling Sharpe
             for start in self.windows["test_start"].iloc[1:]:
                 ax.axvline(start, color="grey", lw=0.8, ls=":")
         return fig
@@ -181,8 +182,9 @@ def _show(length: int | pd.DateOffset) -> str:
 
 # ---------------------------------------------------------------------------- inputs
 def _panel(prices: Any, indicators: Sequence[str], relative: bool,
-           turbulence_window: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
-    """(close, causal features, turbulence) on the whole history."""
+           turbulence_window: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series, dict[str, pd.DataFrame]]:
+    """(close, causal features, turbulence, extras) on the whole history; extras holds the env's
+    ``open_prices`` and ``volume`` where the prices have them (OHLCV data)."""
     if isinstance(prices, MarketData):
         raise TypeError("walk_forward needs the raw prices, not a MarketData: its features are scaled with statistics "
                         "of one fixed training split, which would leak into earlier windows. Pass "
@@ -194,7 +196,11 @@ def _panel(prices: Any, indicators: Sequence[str], relative: bool,
     feats = add_features(prices, indicators)  # checks dates and prices, with clear errors
     if relative:
         feats = relative_features(feats, close)
-    return close.astype("float64"), feats, turbulence(close, window=turbulence_window)
+    extras = {}
+    if isinstance(prices.columns, pd.MultiIndex):
+        have = set(prices.columns.get_level_values(0))
+        extras = {key: prices[f] for key, f in (("open_prices", "open"), ("volume", "volume")) if f in have}
+    return close.astype("float64"), feats, turbulence(close, window=turbulence_window), extras
 
 
 def _fit_call(fit: Callable, train: MarketData, previous: Any, warm_start: bool) -> Any:
@@ -217,7 +223,8 @@ def _run_window(policy: Any, env: StockTradingVecEnv, cash: torch.Tensor | None,
 
 # ---------------------------------------------------------------------------- walk_forward
 def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Length, test_window: Length, *,
-                 mode: str = "rolling", warm_start: bool = False, initial_cash: float = 1e6, cost_pct: float = 1e-3,
+                 mode: str = "rolling", warm_start: bool = False, initial_cash: float = 1e6,
+                 cost_pct: float | None = None,
                  indicators: Sequence[str] = DEFAULT_INDICATORS, relative: bool = True, warmup: int | None = None,
                  turbulence_window: int = 252, benchmark: pd.Series | None = None, baselines: bool = True,
                  keep_policies: bool = False, name: str = "walk_forward", **env_kwargs: Any) -> WalkForwardResult:
@@ -227,14 +234,16 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
         fit: ``fit(train: MarketData) -> policy`` (``fit(train, previous)`` with ``warm_start``);
             ``train`` holds the training window only, as split ``"train"``: ``train.env("train",
             num_envs, random_start=True, episode_length=...)`` trains on it, ``train.close["train"]``
-            fits a portfolio. Pass the training env the same ``cost_pct`` as here.
+            fits a portfolio. Pass the training env the same ``cost_pct`` (or ``costs``,
+            ``execution``) as here. With OHLCV prices, ``train.env`` gets the opens and volume.
         prices: ``finance.load_prices`` output, or a dates x tickers frame of closes.
         train_window, test_window: bars (int) or a calendar span (``"2Y"``, ``"6M"``,
             ``pd.DateOffset``); see the module docstring.
         mode: ``"rolling"`` (fixed-length training windows) or ``"expanding"`` (all the past).
         warm_start: pass ``fit`` a deep copy of the previous window's policy (None on window 0) to
             fine-tune instead of starting afresh; the copy keeps the one that traded unchanged.
-        initial_cash, cost_pct: the account window 0 starts with, and the cost of every trade.
+        initial_cash, cost_pct: the account window 0 starts with, and the proportional cost of
+            every trade (default 1e-3; or ``costs=`` a ``finance.costs`` model in ``env_kwargs``).
         indicators, relative, turbulence_window: the features, as in ``prepare_market``.
         warmup: leading bars used only to warm up the indicators; default
             ``warmup_days(indicators)`` (60 for the defaults).
@@ -242,7 +251,8 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
         baselines: add equal-weight buy-and-hold over the out-of-sample bars (and ``index``).
         keep_policies: keep each window's policy in ``result.policies``.
         env_kwargs: other ``StockTradingVecEnv`` settings of the test envs (``max_trade_shares``,
-            ``turbulence_threshold``, ``dtype``).
+            ``turbulence_threshold``, ``dtype``, ``execution``, ``costs``, ``max_participation``,
+            ``margin``); ``"next_open"``, volume costs and caps need OHLCV ``prices``.
 
     Returns:
         ``WalkForwardResult``: the stitched out-of-sample ``BacktestResult`` plus ``windows``
@@ -256,7 +266,7 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
                          "leave them out")
     train_len = _as_length(train_window, "train_window", 2)
     test_len = _as_length(test_window, "test_window", 1)
-    close, features, turb = _panel(prices, indicators, relative, turbulence_window)
+    close, features, turb, extras = _panel(prices, indicators, relative, turbulence_window)
     first = warmup_days(indicators) if warmup is None else check_int(warmup, "warmup", low=0, high=len(close) - 1)
     spans = _windows(close.index, first, train_len, test_len, mode)
 
@@ -266,14 +276,16 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
         scaler = FeatureScaler().fit(features.iloc[a:s])  # this training window only
         train_close = close.iloc[a:s]
         train = MarketData(close={"train": train_close}, features={"train": scaler.transform(features.iloc[a:s])},
-                           turbulence={"train": turb.iloc[a:s]}, price_scale=train_close.iloc[0].to_numpy())
+                           turbulence={"train": turb.iloc[a:s]}, price_scale=train_close.iloc[0].to_numpy(),
+                           open={"train": extras["open_prices"].iloc[a:s]} if "open_prices" in extras else {},
+                           volume={"train": extras["volume"].iloc[a:s]} if "volume" in extras else {})
         if benchmark is not None:
             train.benchmark["train"] = benchmark.reindex(train_close.index).ffill()
         policy = _fit_call(fit, train, copy.deepcopy(previous) if warm_start else None, warm_start)
         test = slice(s, mark + 1)  # the window's bars and its mark
         env = StockTradingVecEnv(close.iloc[test], scaler.transform(features.iloc[test]), turb.iloc[test], num_envs=1,
                                  initial_cash=initial_cash, cost_pct=cost_pct, price_scale=train.price_scale,
-                                 **env_kwargs)
+                                 **{key: x.iloc[test] for key, x in extras.items()}, **env_kwargs)
         run = _run_window(policy, env, cash, holdings)
         cash, holdings, previous = run["cash"], run["end_holdings"], policy
         runs.append(run)
@@ -286,7 +298,14 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
     if baselines:
         oos, b = result.close, result.bars_per_year
         equal = np.full(oos.shape[1], 1.0 / oos.shape[1])
-        result.baselines["equal_weight"] = buy_and_hold(oos, equal, initial_cash, cost_pct, "equal_weight", b)
+        if env.plain_market:  # the closed form, as before
+            result.baselines["equal_weight"] = buy_and_hold(oos, equal, initial_cash, env.cost_pct, "equal_weight", b)
+        else:  # the same market model, through one env over the out-of-sample bars
+            rules = {k: v for k, v in env_kwargs.items() if k not in ("max_trade_shares", "turbulence_threshold")}
+            whole = StockTradingVecEnv(oos, initial_cash=initial_cash, cost_pct=cost_pct, max_trade_shares=2**24,
+                                       **{key: x.loc[oos.index] for key, x in extras.items()}, **rules)
+            result.baselines["equal_weight"] = backtest(BuyAndHoldPolicy(whole), whole, name="equal_weight",
+                                                        bars_per_year=b, baselines=False)
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, oos.index, initial_cash, "index", b)
     return result

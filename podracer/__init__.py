@@ -2,7 +2,14 @@
 
 The stable API (1.x; see the README's API section): everything listed in ``__all__`` below.
 Renames keep the old name working, with a FutureWarning, for one minor version.
+
+Start-up is ``import torch`` plus a little: the names whose modules import pandas (the target
+runs, the tournament and its leaderboard) are imported on first use (``__getattr__`` below,
+PEP 562), so ``from podracer import Tournament`` works as before and a training process that
+never touches them never imports pandas (tests/test_import_time.py).
 """
+
+from typing import TYPE_CHECKING
 
 # Envs: the batched-tensor protocol, the envs we ship and the ones domains register, any gymnasium
 # env through the adapter.
@@ -15,11 +22,13 @@ from podracer.agents import (AGENTS, AgentBase, Preset, get_preset, load_agent, 
 # One pod: train, evaluate, seed, steps and seconds to a target; any agent or callable obs -> actions is a policy.
 from podracer.evaluate import RandomPolicy, as_policy, evaluate
 from podracer.train import iterate_training, seed_everything, train
-from podracer.to_target import TargetSummary, ToTarget, seeds_to_target, train_to_target
+if TYPE_CHECKING:  # lazy, as the tournament below: both import pandas (see _LAZY)
+    from podracer.to_target import TargetSummary, ToTarget, seeds_to_target, train_to_target
 
 # Many pods: the tournament and its leaderboard; checkpoints that are never half-written.
 from podracer.checkpoints import CheckpointError
-from podracer.tournament import Ensemble, Leaderboard, Tournament, TournamentConfig
+if TYPE_CHECKING:
+    from podracer.tournament import Ensemble, Leaderboard, Tournament, TournamentConfig
 
 __version__ = "1.1.0"
 
@@ -33,7 +42,22 @@ __all__ = [
 ]
 
 
+# name -> the module that defines it, imported on first access (the TYPE_CHECKING imports above).
+# The submodules themselves too: `podracer.tournament.register_factory` after a bare `import podracer`.
+_LAZY = {**dict.fromkeys(["TargetSummary", "ToTarget", "seeds_to_target", "train_to_target", "to_target"],
+                         "podracer.to_target"),
+         **dict.fromkeys(["Ensemble", "Leaderboard", "Tournament", "TournamentConfig", "tournament"],
+                         "podracer.tournament")}
+
+
 def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name])
+        value = module if name == module.__name__.rpartition(".")[2] else getattr(module, name)
+        globals()[name] = value  # once: later lookups are plain attribute reads
+        return value
     if name == "get_agent_class":  # the 0.1 name of resolve_agent
         import warnings
 
@@ -41,3 +65,7 @@ def __getattr__(name: str):
                       "podracer 1.2", FutureWarning, stacklevel=2)
         return resolve_agent
     raise AttributeError(f"module 'podracer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -120,6 +120,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     import podracer
     from podracer.agents.registry import resolve_agent
     from podracer.agents.registry import find_preset
+    from podracer.tournament.leaderboard import EXPORT_SUFFIXES
 
     try:
         agent_cls = resolve_agent(args.agent)
@@ -132,9 +133,12 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     make_eval_env = functools.partial(podracer.make_env, args.env, num_envs=args.eval_episodes, device=args.device)
     store = Path(args.store or f"runs/tournament_{args.agent.lower().replace(':', '_')}_{args.env.lower()}")
     options = {k: v for k, v in dict(address=args.address, gpus_per_pod=args.gpus_per_pod,
-                                      threads_per_pod=args.threads_per_pod, time_budget=args.time_budget).items()
+                                      threads_per_pod=args.threads_per_pod, time_budget=args.time_budget,
+                                      storage_path=args.storage_path).items()
                if v is not None}
     pods: int | str = args.pods if args.pods == "auto" else int(args.pods)
+    if args.export and Path(args.export).suffix.lower() not in EXPORT_SUFFIXES:  # now, not after the run
+        raise SystemExit(f"podracer tournament: --export {args.export}: name the file *.csv or *.parquet")
     try:
         make_env()  # an unknown env name fails here, with the list of names, not in every pod
         tournament = podracer.Tournament(make_env, make_eval_env, agent=args.agent, pods=pods,
@@ -155,6 +159,8 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     if best:
         print(f"best: entry {best[0].id}, score {best[0].score:.1f}; board of {len(board)} entries in {store} "
               f"(podracer.Leaderboard({str(store)!r}) reads it; run again to resume)")
+    if args.export:
+        print(f"board exported to {board.export(args.export)}")
     return 0
 
 
@@ -218,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override an agent config field, value as YAML (repeatable)")
+    r.add_argument("--storage-path", default=None, help="URI the store is mirrored to, to outlive this node "
+                                                        "(s3://bucket/run, gs://..., file:///mnt/...); resume with "
+                                                        "podracer.Tournament.from_store(URI)")
+    r.add_argument("--export", default=None, metavar="PATH", help="write the final board to PATH (.csv or .parquet)")
     r.add_argument("--show", type=int, default=10, help="board rows printed at the end")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_tournament)

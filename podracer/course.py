@@ -1,35 +1,196 @@
-"""Exercise checks for the course notebooks.
+"""Exercise checks, grading helpers and classroom tooling for the course notebooks.
 
-Every notebook in ``notebooks/`` ends with exercises. The reader replaces a ``...`` with an answer
-and runs the cell after it, which calls :func:`check`::
+Every lesson in ``notebooks/`` ends with exercises. The reader replaces a ``...`` with an answer
+and runs the cell after it, which checks it. Three checks, one behaviour:
 
-    slope = ...  # your answer
-    check("1", slope, lambda s: abs(s - 2.0) < 0.1,
-          "the slope is the change in return per doubling of num_envs; fit it with np.polyfit")
+``check(exercise, answer, condition, hint="", success="", *, hints=(), strict=None)``
+    The answer against a condition: a function of the answer that returns True when it is right
+    (an exception inside it counts as wrong and is explained)::
 
-- The answer is still ``...``: the check says so and returns ``False`` without failing, so a
-  notebook runs top to bottom before the reader has done anything (CI runs them that way).
-- The condition holds: ``ok`` and ``True``.
-- It does not (or raises): :class:`ExerciseFailed`, an ``AssertionError`` whose message names the
-  exercise, what the answer was and the hint.
+        slope = ...  # your answer
+        check("1", slope, lambda s: abs(s - 2.0) < 0.1,
+              "the slope is the change in return per doubling of num_envs; fit it with np.polyfit")
+
+``check_function(exercise, student_fn, reference_fn, make_inputs, n=20, atol=1e-6, rtol=1e-5, ...)``
+    A function the reader wrote from scratch against the library's own, on ``n`` random inputs.
+    ``make_inputs(generator)`` gets a seeded ``torch.Generator`` and returns the arguments: a
+    tuple (positional), a dict (keywords) or one value. Outputs are compared element by element
+    (tensors, arrays, numbers, and tuples, lists or dicts of them); a mismatch names the input, the
+    output element, the shapes and the largest difference. A stub that still returns ``None`` (a
+    body of ``...``) or raises ``NotImplementedError`` counts as not answered yet::
+
+        def compute_gae(rewards, values, next_values, terminated, truncated, gamma, gae_lambda):
+            ...  # your code
+
+        check_function("2", compute_gae, ppo.compute_gae, make_rollout, hints=["...", "..."])
+
+``check_value(exercise, answer, *, lesson, answers=None, ...)``
+    A number (or string) against an expected value the notebook never holds: ``answers.json``
+    keeps, for ``"<lesson>/<exercise>"``, a salted, slow hash (PBKDF2-SHA256) of the value
+    rounded to its ``digits`` decimals, so a reader cannot read the answer off the source. A
+    number is right when it rounds to the expected value give or take one in the last decimal.
+    The file is found at ``answers=``, else ``$PODRACER_ANSWERS``, else the first
+    ``answers.json`` in the working directory or its parents (``notebooks/answers.json`` from a
+    lesson and from ``notebooks/solutions/``)::
+
+        check_value("1", v_star, lesson="00_foundations", hints=["run value iteration with gamma=0.5"])
+
+The two specialised checks are ``check`` with a condition object, ``same_as(reference_fn,
+make_inputs, ...)`` and ``hidden(key)``, so ``check("2", compute_gae, same_as(ppo.compute_gae,
+make_rollout))`` is the same check as the ``check_function`` call above.
+
+What every check does:
+
+- **Never raises by default.** Not answered yet (``...``): it says so. Wrong: it prints ``✗``, the
+  exercise, what was wrong and the hints revealed so far, in red, and Run All goes on. Right:
+  ``✓`` and the ``success`` line, in green (``NO_COLOR=1`` turns colours off).
+- **Returns a** :class:`CheckResult`: true when right (``if check(...)``, ``assert check(...)``),
+  with ``.status`` ``"ok"``, ``"wrong"`` or ``"unanswered"``; it displays nothing in a notebook,
+  so no stray ``True``/``False`` appears under the check's message. :func:`results` gives the
+  latest status of every exercise checked in the kernel, for a grader.
+- **Tiered hints.** ``hint`` is shown on every wrong try; ``hints=[...]`` (or a list passed as
+  ``hint``) are revealed one more per wrong try of the same exercise in this kernel.
+- **Strict mode** raises :class:`ExerciseFailed` (an ``AssertionError``) on a wrong answer, for CI
+  and graders: ``check(..., strict=True)``, ``set_strict(True)`` or ``PODRACER_STRICT_CHECKS=1``.
+  :func:`run_lesson`, which every solutions notebook starts with, turns on strict mode *and*
+  requires answers once the lesson has run: in a solutions notebook a wrong, unanswered or
+  uncheckable (no answers file) exercise fails the run.
+
+Converting an exercise: keep the answer cell (``name = ...  # your answer``); in the check cell,
+call one of the three with the exercise's number as a string first (the course's tests match the
+lesson's check cells with the solution's by that string) and move a ``<details>`` hint into
+``hints=[...]`` from the vaguest to the most explicit. For a hidden value, record it (below) and
+call ``check_value``; the solution's cell is the same call with the worked answer above it.
+
+Recording hidden answers (lecturer)::
+
+    from podracer.course import record_answer
+    record_answer("00_foundations/1", 4.25, digits=3)  # writes/updates notebooks/answers.json
+
+``answers.json`` holds only salts and hashes, so it ships with the lessons: a student release is
+``notebooks/*.ipynb``, ``GLOSSARY.md`` and ``answers.json``, without ``notebooks/solutions/``
+(``docs/syllabus.md``, "Releasing a term"). Hashes keep answers out of sight, not secret: a value
+known to three decimals in a known range can be found by trying them all (the slow hash makes
+that take minutes, not milliseconds). For marks, execute the handed-in notebook yourself and read
+:func:`results` (``docs/syllabus.md``, "Marking").
 
 The worked answers live in ``notebooks/solutions/``, one notebook per lesson, which starts with
 ``run_lesson("../NN_name.ipynb")`` and then answers each exercise. CI runs the solutions, and
 through them every lesson, once (the repository's conftest.py leaves out a lesson its solution
 runs), so every lesson runs top to bottom and every check is shown to pass on a real answer.
+
+Also here: :func:`where` (the file and line that define a function, for "the library does the same
+at ..." pointers that stay right when the file changes); :data:`COLAB_CELL`, the code cell that
+installs the course on Google Colab and does nothing elsewhere, and :func:`add_colab_cell`, which
+inserts it after a lesson's title cell (``docs/colab.md``)::
+
+    import nbformat
+    from podracer.course import add_colab_cell
+
+    nb = nbformat.read(path, as_version=4)
+    if add_colab_cell(nb):  # False when the lesson has one already
+        nbformat.write(nb, path)
+
+and ``python -m podracer.course slides NOTEBOOK...`` (``make slides``: reveal.js slides of the
+lessons; ``docs/slides.md``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import copy
+import hashlib
+import inspect
+import json
+import math
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["ExerciseFailed", "check", "is_unanswered", "run_lesson"]
+__all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "check", "check_function", "check_value",
+           "hidden", "is_unanswered", "record_answer", "results", "run_lesson", "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
+STRICT_ENV = "PODRACER_STRICT_CHECKS"  # "1": a wrong answer raises ExerciseFailed
+ANSWERS_ENV = "PODRACER_ANSWERS"  # path of the answers file for check_value
+ANSWERS_FILE = "answers.json"
+ANSWERS_FORMAT = "podracer-answers/1"
+HASH_ITERATIONS = 50_000  # PBKDF2 rounds per candidate: ~15 ms a check, minutes to try every 3-decimal value
+
+# The first code cell of a lesson on Google Colab: installs the course there, does nothing elsewhere.
+# Self-contained on purpose: on a fresh Colab runtime podracer is not importable until it has run.
+# [finance], not [course]: Colab brings its own Jupyter, matplotlib and ipywidgets, and the Jupyter
+# packages in [course] (jupyterlab pulls in newer ipykernel, jupyter_server) would replace the ones
+# Colab's runtime is built on. Its CUDA build of torch satisfies torch>=2.2 and stays (docs/colab.md).
+COLAB_PIP = "podracer-rl[finance]"
+COLAB_CELL = f'''\
+# On Google Colab, install the course first (about a minute, once per session); elsewhere this does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    %pip install --quiet "{COLAB_PIP}"\
+'''
 
 
 class ExerciseFailed(AssertionError):
-    """An exercise's answer did not pass its check."""
+    """An exercise's answer did not pass its check (raised in strict mode only)."""
+
+
+# ---------------------------------------------------------------------------- results and modes
+@dataclass(frozen=True)
+class CheckResult:
+    """What a check found. True when right; shows nothing as a cell's value (the check printed it)."""
+
+    exercise: str
+    status: str  # "ok", "wrong" or "unanswered"
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def _ipython_display_(self) -> None:  # the message is already printed: no Out[] under the check
+        pass
+
+
+_state: dict[str, Any] = {"strict": None, "require_answers": False}
+_attempts: dict[str, int] = {}  # wrong tries per exercise in this kernel, for tiered hints
+_results: dict[str, str] = {}  # the latest status of each exercise checked in this kernel
+
+
+def results() -> dict[str, str]:
+    """The latest status of every exercise checked in this kernel, ``{"1": "ok", "2": "wrong", ...}``:
+    for a grader, as the last cell of an executed student notebook (``docs/syllabus.md``)."""
+    return dict(_results)
+
+
+def set_strict(strict: bool | None = True, require_answers: bool = False) -> None:
+    """Strict mode for every later check in this kernel: a wrong answer raises :class:`ExerciseFailed`.
+
+    ``require_answers`` also fails an unanswered or uncheckable exercise (what a solutions notebook
+    wants). ``set_strict(None)`` goes back to the default: ``$PODRACER_STRICT_CHECKS``, else lenient.
+    """
+    _state["strict"] = strict
+    _state["require_answers"] = bool(require_answers)
+
+
+def _is_strict(strict: bool | None) -> bool:
+    if strict is not None:
+        return strict
+    if _state["strict"] is not None:
+        return bool(_state["strict"])
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _paint(text: str, colour: str) -> str:
+    if os.environ.get("NO_COLOR"):
+        return text
+    return {"red": "\x1b[31m", "green": "\x1b[32m", "yellow": "\x1b[33m"}[colour] + text + "\x1b[0m"
 
 
 def is_unanswered(answer: Any) -> bool:
@@ -44,47 +205,366 @@ def is_unanswered(answer: Any) -> bool:
 
 
 def _short(answer: Any, limit: int = 120) -> str:
-    text = repr(answer)
+    text = _describe(answer) if _is_array(answer) else repr(answer)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check(exercise: str, answer: Any, condition: Callable[[Any], bool], hint: str, success: str = "") -> bool:
-    """Check one exercise's answer.
+# ---------------------------------------------------------------------------- check
+def check(exercise: str, answer: Any, condition: Callable[[Any], Any], hint: str | Sequence[str] = "",
+          success: str = "", *, hints: Sequence[str] = (), strict: bool | None = None) -> CheckResult:
+    """Check one exercise's answer; print what it found; raise only in strict mode.
 
     Args:
         exercise: its name as the notebook numbers it, e.g. ``"2"`` or ``"3b"``.
         answer: what the reader computed; ``...`` means "not answered yet".
-        condition: returns True when the answer is right. An exception inside it counts as wrong
-            (a tensor of the wrong shape, a string where a number belongs) and is reported.
-        hint: what to look at when it is wrong, shown in the error.
+        condition: a function of the answer, true when it is right (an exception inside it counts
+            as wrong and is reported), or a condition object from :func:`same_as` or :func:`hidden`.
+        hint: shown on every wrong try. A list is taken as ``hints``.
         success: an optional line shown when it is right (what the answer means).
+        hints: revealed one more per wrong try of this exercise, vaguest first.
+        strict: raise :class:`ExerciseFailed` when wrong; None: :func:`set_strict`, else
+            ``$PODRACER_STRICT_CHECKS``, else False.
 
     Returns:
-        True when right, False when not answered yet. Raises :class:`ExerciseFailed` when wrong.
+        A :class:`CheckResult`, true when right.
     """
-    if not callable(condition):
+    if not callable(condition) and not hasattr(condition, "evaluate"):
         raise TypeError(f"check({exercise!r}, ...): condition must be a function of the answer, got {condition!r}")
+    exercise = str(exercise)
+    if isinstance(hint, (list, tuple)):
+        hint, hints = "", [*hint, *hints]
     if is_unanswered(answer):
-        print(f"Exercise {exercise}: not answered yet. Replace the `...` in the cell above with your answer, "
-              f"run it, then run this cell again.")
-        return False
+        return _unanswered(exercise, "Replace the `...` in the cell above with your answer, run it, "
+                                     "then run this cell again.", strict)
+    if hasattr(condition, "evaluate"):
+        try:
+            ok, detail = condition.evaluate(answer)
+        except Exception as exc:  # an answer of the wrong kind, explained
+            ok, detail = False, f"checking {_short(answer)} raised {type(exc).__name__}: {exc}"
+        if ok is None:
+            return _unanswered(exercise, detail, strict)
+    else:
+        try:
+            ok, detail = bool(condition(answer)), f"your answer: {_short(answer)}"
+        except Exception as exc:  # a wrong type or shape is a wrong answer, explained
+            ok, detail = False, f"checking {_short(answer)} raised {type(exc).__name__}: {exc}"
+    if ok:
+        extra = f", {detail}" if hasattr(condition, "evaluate") and detail else ""
+        message = f"Exercise {exercise}: ok{extra}." + (f" {success}" if success else "")
+        print(_paint("✓ " + message, "green"))
+        _results[exercise] = "ok"
+        return CheckResult(exercise, "ok", message)
+    return _wrong(exercise, detail, hint, list(hints), strict)
+
+
+def _unanswered(exercise: str, detail: str, strict: bool | None) -> CheckResult:
+    message = f"Exercise {exercise}: not answered yet. {detail}"
+    _results[exercise] = "unanswered"
+    if _state["require_answers"] and strict is not False:
+        raise ExerciseFailed(message + " (a solutions notebook must answer every exercise)")
+    print(_paint("… " + message, "yellow"))
+    return CheckResult(exercise, "unanswered", message)
+
+
+def _wrong(exercise: str, detail: str, hint: str, hints: list[str], strict: bool | None) -> CheckResult:
+    _attempts[exercise] = tries = _attempts.get(exercise, 0) + 1
+    _results[exercise] = "wrong"
+    if detail.startswith("your answer"):
+        wording = f"not yet right ({detail})"
+    elif detail.startswith("checking"):  # the condition raised: say so first
+        wording = detail
+    else:
+        wording = f"not yet right: {detail}"
+    message = f"Exercise {exercise}: {wording}."
+    if hint:
+        message += f" Hint: {hint}"
+    shown = hints[:tries]
+    for i, h in enumerate(shown, 1):
+        message += f"\n  Hint {i} of {len(hints)}: {h}"
+    if len(shown) < len(hints):
+        message += "\n  (another hint appears after your next try)"
+    if _is_strict(strict):
+        raise ExerciseFailed(message)
+    print(_paint("✗ " + message, "red"))
+    return CheckResult(exercise, "wrong", message)
+
+
+# ---------------------------------------------------------------------------- functions from scratch
+def _is_array(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] in ("torch", "numpy") and hasattr(x, "shape") and getattr(x, "ndim", 0) > 0
+
+
+def _describe(x: Any) -> str:
+    if _is_array(x):
+        kind = "tensor" if type(x).__module__.startswith("torch") else "array"
+        return f"{kind} of shape {tuple(x.shape)}, {str(x.dtype).replace('torch.', '')}"
+    return repr(x)
+
+
+def _as_float_tensor(x: Any) -> Any:
+    import torch
+
+    t = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    return t.to(torch.float64) if (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)) else t
+
+
+def _compare(got: Any, expected: Any, atol: float, rtol: float, where_: str = "the output") -> str | None:
+    """None when ``got`` matches ``expected``; else what differs, in words."""
+    import torch
+
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+            return f"{where_} should be a {type(expected).__name__} of {len(expected)}, got {_short(got, 80)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            diff = _compare(g, e, atol, rtol, f"{where_}[{i}]" if where_ != "the output" else f"output {i}")
+            if diff:
+                return diff
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return f"{where_} should be a dict with keys {sorted(expected)}, got {_short(got, 80)}"
+        for key in expected:
+            diff = _compare(got[key], expected[key], atol, rtol, f"{where_}[{key!r}]")
+            if diff:
+                return diff
+        return None
+    if _is_array(expected) or isinstance(expected, torch.Tensor):
+        try:
+            g, e = _as_float_tensor(got), _as_float_tensor(expected)
+        except Exception:
+            return f"{where_} should be a {_describe(expected)}, got {_short(got, 80)}"
+        if tuple(g.shape) != tuple(e.shape):
+            return f"{where_} has shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        if e.is_floating_point():
+            close = torch.isclose(g.to(torch.float64), e, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            close = g == e
+        if bool(close.all()):
+            return None
+        index = tuple(int(i) for i in (~close).nonzero()[0])
+        worst = (g.to(torch.float64) - e.to(torch.float64)).abs().nan_to_num(nan=math.inf).max().item() \
+            if e.is_floating_point() else None
+        at = f" at index {index}" if index else ""
+        text = f"{where_}{at} is {g[index].item():.6g}, expected {e[index].item():.6g}"
+        return text + (f" (largest difference {worst:.3g})" if worst is not None else "")
+    if isinstance(expected, (bool, str)) or expected is None:
+        return None if got == expected else f"{where_} is {_short(got, 80)}, expected {expected!r}"
+    try:  # a number, a numpy scalar, a 0-d tensor
+        g, e = float(got), float(expected)
+    except (TypeError, ValueError):
+        return None if got == expected else f"{where_} is {_short(got, 80)}, expected {_short(expected, 80)}"
+    if (math.isnan(g) and math.isnan(e)) or math.isclose(g, e, rel_tol=rtol, abs_tol=atol):
+        return None
+    return f"{where_} is {g:.6g}, expected {e:.6g} (difference {abs(g - e):.3g})"
+
+
+def _call_args(inputs: Any) -> tuple[tuple, dict]:
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, tuple):
+        return inputs, {}
+    return (inputs,), {}
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def _quoted(fn: Any) -> str:
+    name = _name(fn)
+    return "the lambda" if "<lambda>" in name else f"`{name}`"
+
+
+class same_as:  # noqa: N801 (used like a function: check("2", fn, same_as(ref, make_inputs)))
+    """A condition for :func:`check`: the answer is a function that agrees with ``reference`` on
+    ``n`` random inputs from ``make_inputs(generator)`` (see :func:`check_function`)."""
+
+    def __init__(self, reference: Callable[..., Any], make_inputs: Callable[[Any], Any], n: int = 20,
+                 atol: float = 1e-6, rtol: float = 1e-5, seed: int = 0):
+        if not callable(reference) or not callable(make_inputs):
+            raise TypeError("same_as(reference, make_inputs): both must be functions")
+        self.reference, self.make_inputs, self.n, self.atol, self.rtol, self.seed = (
+            reference, make_inputs, n, atol, rtol, seed)
+
+    def _inputs_text(self, args: tuple, kwargs: dict) -> str:
+        try:
+            bound = inspect.signature(self.reference).bind(*args, **kwargs)
+            items = bound.arguments.items()
+        except (TypeError, ValueError):
+            items = [(f"arg {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+        return ", ".join(f"{k}={_describe(v) if _is_array(v) else _short(v, 40)}" for k, v in items)
+
+    def evaluate(self, student: Any) -> tuple[bool | None, str]:
+        import torch
+
+        if not callable(student):
+            return False, f"expected a function (its name, without calling it), got {_short(student, 80)}"
+        for i in range(self.n):
+            inputs = self.make_inputs(torch.Generator().manual_seed(self.seed + i))
+            args, kwargs = _call_args(inputs)
+            expected = self.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            try:
+                got = student(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            except NotImplementedError:
+                return None, f"{_quoted(student)} raises NotImplementedError: write its body, then run this cell again."
+            except Exception as exc:
+                return False, (f"on random input {i + 1} of {self.n} ({self._inputs_text(args, kwargs)}) "
+                               f"{_quoted(student)} raised {type(exc).__name__}: {exc}")
+            if (got is None or got is Ellipsis) and expected is not None:
+                return None, (f"{_quoted(student)} returns None: write its body (is the `return` missing?), "
+                              f"then run this cell again.")
+            diff = _compare(got, expected, self.atol, self.rtol)
+            if diff:
+                return False, f"on random input {i + 1} of {self.n} ({self._inputs_text(args, kwargs)}), {diff}"
+        return True, f"same as {_quoted(self.reference)} on {self.n} random inputs"
+
+
+def check_function(exercise: str, student_fn: Callable[..., Any], reference_fn: Callable[..., Any],
+                   make_inputs: Callable[[Any], Any], n: int = 20, atol: float = 1e-6, rtol: float = 1e-5, *,
+                   hint: str = "", hints: Sequence[str] = (), success: str = "", seed: int = 0,
+                   strict: bool | None = None) -> CheckResult:
+    """Check a function written from scratch against the reference, on ``n`` random inputs.
+
+    ``make_inputs(generator)`` receives a ``torch.Generator`` seeded with ``seed + i`` (the same
+    inputs on every run) and returns the arguments of one call: a tuple, a dict of keywords, or
+    one value. Each function gets its own deep copy, so one that writes into its inputs cannot
+    change what the other sees. Outputs match when every element is within ``atol + rtol * |expected|``
+    (integers, booleans and strings exactly). To compare with a library function that returns
+    more (``policy_loss`` returns the loss and a dict of metrics), pass a lambda that picks the part.
+    """
+    return check(exercise, student_fn, same_as(reference_fn, make_inputs, n=n, atol=atol, rtol=rtol, seed=seed),
+                 hint, success, hints=hints, strict=strict)
+
+
+# ---------------------------------------------------------------------------- hidden values
+def _canonical(value: Any, digits: int) -> str | None:
+    """The text that is hashed: a number rounded to ``digits`` decimals, or a stripped string."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, bool):
+        return str(value)
     try:
-        ok = bool(condition(answer))
-    except Exception as exc:  # a wrong type or shape is a wrong answer, explained
-        raise ExerciseFailed(f"Exercise {exercise}: checking {_short(answer)} raised {type(exc).__name__}: {exc}. "
-                             f"Hint: {hint}") from None
-    if not ok:
-        raise ExerciseFailed(f"Exercise {exercise}: not yet right (your answer: {_short(answer)}). Hint: {hint}")
-    print(f"Exercise {exercise}: ok." + (f" {success}" if success else ""))
-    return True
+        x = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(x):
+        return None
+    text = f"{round(x, digits):.{digits}f}"
+    return "0" if float(text) == 0 else text  # -0.000 and 0.000 alike
 
 
-def run_lesson(path: str) -> None:
+def _digest(text: str, salt: str, key: str, iterations: int) -> str:
+    return hashlib.pbkdf2_hmac("sha256", text.encode(), f"{salt}/{key}".encode(), iterations).hex()
+
+
+def _find_answers(path: str | os.PathLike | None) -> Path | None:
+    if path is not None:
+        return Path(path)
+    if os.environ.get(ANSWERS_ENV):
+        return Path(os.environ[ANSWERS_ENV])
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / ANSWERS_FILE).is_file():
+            return folder / ANSWERS_FILE
+    return None
+
+
+def _read_answers(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    if data.get("format") != ANSWERS_FORMAT:
+        raise ValueError(f"{path} is not an answers file ({ANSWERS_FORMAT}); record_answer writes one")
+    return data
+
+
+class hidden:  # noqa: N801 (used like a function: check("1", v, hidden("00_foundations/1")))
+    """A condition for :func:`check`: the answer matches the value recorded for ``key`` in the
+    answers file (see :func:`check_value`)."""
+
+    def __init__(self, key: str, answers: str | os.PathLike | None = None):
+        self.key, self.answers = key, answers
+
+    def evaluate(self, answer: Any) -> tuple[bool | None, str]:
+        path = _find_answers(self.answers)
+        if path is None or not path.is_file():
+            return None, (f"it cannot be checked here: no {ANSWERS_FILE} found (looked at "
+                          f"{path or f'${ANSWERS_ENV} and {ANSWERS_FILE} in {Path.cwd()} and above'}). On Colab, "
+                          f"upload notebooks/{ANSWERS_FILE} next to the notebook.")
+        data = _read_answers(path)
+        entry = data["answers"].get(self.key)
+        if entry is None:
+            return None, f"it cannot be checked here: {path} has no answer for {self.key!r}."
+        digits = int(entry["digits"])
+        if isinstance(answer, str):
+            candidates = [_canonical(answer, digits)]
+        else:
+            x = _canonical(answer, digits)
+            if x is None:
+                return False, f"expected a number, got {_short(answer, 80)}"
+            step = 10.0 ** -digits  # give or take one in the last decimal (rounding at a boundary)
+            candidates = [x] + [_canonical(float(x) + k * step, digits) for k in (-1, 1)]
+        iterations = int(data.get("iterations", HASH_ITERATIONS))
+        if any(_digest(c, data["salt"], self.key, iterations) == entry["sha256"] for c in candidates if c):
+            return True, ""
+        what = f"to {digits} decimals" if digits and not isinstance(answer, str) else "exactly"
+        return False, f"your answer: {_short(answer)}, which is not the expected value {what}"
+
+
+def check_value(exercise: str, answer: Any, *, lesson: str, answers: str | os.PathLike | None = None,
+                hint: str = "", hints: Sequence[str] = (), success: str = "",
+                strict: bool | None = None) -> CheckResult:
+    """Check a number (or string) against the value recorded for ``"<lesson>/<exercise>"`` in the
+    answers file, which the notebook never shows. A missing file or entry is reported as "cannot
+    be checked here" (an error only in a solutions notebook)."""
+    return check(exercise, answer, hidden(f"{lesson}/{exercise}", answers), hint, success, hints=hints, strict=strict)
+
+
+def record_answer(key: str, value: Any, digits: int = 3, path: str | os.PathLike = "notebooks/answers.json") -> None:
+    """Record (or replace) the hidden answer ``key`` (``"<lesson>/<exercise>"``) in ``path``.
+
+    A new file gets a fresh random salt; delete the file to start a term with new hashes.
+    Numbers are rounded to ``digits`` decimals before hashing (``digits=0`` for integers);
+    strings are compared exactly, after stripping spaces.
+    """
+    path = Path(path)
+    if path.exists():
+        data = _read_answers(path)
+    else:
+        data = {"format": ANSWERS_FORMAT, "salt": secrets.token_hex(16), "iterations": HASH_ITERATIONS, "answers": {}}
+    text = _canonical(value, digits)
+    if text is None:
+        raise ValueError(f"record_answer({key!r}): {value!r} is not a finite number or a string")
+    data["answers"][key] = {"digits": digits, "sha256": _digest(text, data["salt"], key, int(data["iterations"]))}
+    data["answers"] = dict(sorted(data["answers"].items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------- pointers into the library
+def where(obj: Any) -> str:
+    """``"podracer/agents/ppo.py:185 compute_gae"``: the file, relative to its package's folder,
+    and the line that define ``obj`` (a function, class or method), read from the installed source
+    so a notebook's pointer stays right when the file changes."""
+    obj = inspect.unwrap(obj)
+    target = obj.__func__ if inspect.ismethod(obj) else obj
+    path = Path(inspect.getsourcefile(target) or inspect.getfile(target)).resolve()
+    _, line = inspect.getsourcelines(target)
+    top = sys.modules.get((getattr(target, "__module__", "") or "").split(".")[0])
+    root = Path(top.__file__).resolve().parent.parent if top is not None and getattr(top, "__file__", None) else None
+    shown = path.relative_to(root).as_posix() if root is not None and path.is_relative_to(root) else str(path)
+    return f"{shown}:{line} {_name(target)}"
+
+
+# ---------------------------------------------------------------------------- running lessons
+def run_lesson(path: str, strict: bool = True) -> None:
     """Run every code cell of a lesson notebook in this kernel, as if typed here, outputs included.
 
-    Solutions notebooks start with it, so the lesson's variables are theirs. Why not IPython's
-    ``%run lesson.ipynb``: it sets ``__main__.__file__`` to the notebook, and pods started with
-    ``spawn`` (notebooks 09-11) then try to re-import the notebook as a script and fail.
+    Solutions notebooks start with it, so the lesson's variables are theirs. Then, with ``strict``
+    (the default), every later check in this kernel raises on a wrong, unanswered or uncheckable
+    answer: a solutions notebook is the reference, so CI fails when one of its answers is wrong.
+    The lesson's own cells run in the current mode (their ``...`` answers are "not answered yet").
+
+    Why not IPython's ``%run lesson.ipynb``: it sets ``__main__.__file__`` to the notebook, and pods
+    started with ``spawn`` (notebooks 09-11) then try to re-import the notebook as a script and fail.
     """
     import nbformat
     from IPython import get_ipython
@@ -106,3 +586,86 @@ def run_lesson(path: str) -> None:
         if not result.success:
             error = result.error_in_exec or result.error_before_exec
             raise RuntimeError(f"{path}: cell {number} failed with {type(error).__name__}: {error}") from error
+    if strict:
+        set_strict(True, require_answers=True)
+
+
+# ---------------------------------------------------------------------------- Colab
+def add_colab_cell(notebook: Any) -> bool:
+    """Insert :data:`COLAB_CELL` as the first code cell of an ``nbformat`` notebook (after the title
+    cell), unless a cell already installs the course on Colab. Returns True when it inserted one.
+    Do this to lessons only: a solutions notebook's first code cell must be ``run_lesson``."""
+    import nbformat
+
+    if any(c.cell_type == "code" and "google.colab" in c.source for c in notebook.cells):
+        return False
+    at = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
+    notebook.cells.insert(at, nbformat.v4.new_code_cell(COLAB_CELL, metadata={"tags": ["colab"]}))
+    return True
+
+
+# ---------------------------------------------------------------------------- slides
+def tag_slides(notebook: Any) -> Any:
+    """Give every cell without a ``slideshow`` tag a default one: a ``## `` heading starts a slide,
+    a ``### `` heading a sub-slide (reveal.js: down), anything else continues the slide. Cells a
+    lecturer tagged keep their tag (View > Cell Toolbar > Slideshow in Jupyter, or
+    ``metadata.slideshow.slide_type``: ``slide``, ``subslide``, ``fragment``, ``skip``, ``notes``, ``-``)."""
+    for i, cell in enumerate(notebook.cells):
+        if "slideshow" in cell.metadata:
+            continue
+        first = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
+        if i == 0 or (cell.cell_type == "markdown" and first.startswith("## ")):
+            kind = "slide"
+        elif cell.cell_type == "markdown" and first.startswith("### "):
+            kind = "subslide"
+        else:
+            kind = "-"
+        cell.metadata["slideshow"] = {"slide_type": kind}
+    return notebook
+
+
+def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "build/slides",
+                 execute: bool = False, reveal_prefix: str | None = None) -> list[Path]:
+    """reveal.js slides (one HTML file per notebook) in ``out``; ``execute`` runs each notebook
+    first, so figures and tables appear (at ``$PODRACER_SIZE``). Returns the files written."""
+    import nbformat
+    from nbconvert import SlidesExporter
+    from nbconvert.preprocessors import ExecutePreprocessor
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in map(Path, paths):
+        notebook = tag_slides(nbformat.read(path, as_version=4))
+        if execute:
+            ExecutePreprocessor(timeout=1800).preprocess(notebook, {"metadata": {"path": str(path.parent)}})
+        exporter = SlidesExporter(reveal_scroll=True)  # long slides scroll instead of being cut off
+        if reveal_prefix:
+            exporter.reveal_url_prefix = reveal_prefix
+        body, _ = exporter.from_notebook_node(notebook)
+        target = out / f"{path.stem}.slides.html"
+        target.write_text(body, encoding="utf-8")
+        written.append(target)
+        print(target)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m podracer.course slides [NOTEBOOK ...] [--out DIR] [--execute] [--reveal-prefix URL]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m podracer.course", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    slides = sub.add_parser("slides", help="reveal.js slides of lesson notebooks (make slides)")
+    slides.add_argument("notebooks", nargs="+")
+    slides.add_argument("--out", default="build/slides")
+    slides.add_argument("--execute", action="store_true", help="run each notebook first, for its figures")
+    slides.add_argument("--reveal-prefix", default=None,
+                        help="where reveal.js is loaded from (default: a CDN; a local copy for offline rooms)")
+    args = parser.parse_args(argv)
+    build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,15 +13,16 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
-import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from podracer.envs.wrappers import RecordEpisodeStatistics
 from podracer.evaluate import evaluate
+
+if TYPE_CHECKING:  # pandas and tqdm are imported by train() itself: `import podracer` stays torch plus a little
+    import pandas as pd
 
 
 def seed_everything(seed: int) -> None:
@@ -141,6 +142,9 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
             raise ValueError(f"give total_steps: this {type(agent).__name__} was not built from a preset, so it has no "
                              f"step budget (podracer.presets() lists the presets and their budgets)")
         total_steps = preset.total_steps
+    import pandas as pd  # here, not at the top: iterate_training and pods never need them (tests/test_import_time.py)
+    from tqdm.auto import tqdm
+
     total_steps = _check_steps(total_steps)
     planned_steps(agent, env.num_envs, total_steps)
     log_dir = Path(log_dir) if log_dir is not None else None

@@ -25,13 +25,19 @@ def _weights(agent):
 # ---------------------------------------------------------------------------- exports
 def import_groups(path: Path) -> list[list[str]]:
     """The public names a package's ``__init__.py`` imports at top level, in groups: a comment
-    line between two imports (``# Agents: ...``) opens a new group."""
+    line between two imports (``# Agents: ...``) opens a new group. Imports under a top-level
+    ``if TYPE_CHECKING:`` count where they stand: names the package imports on first use (PEP 562)."""
     source = path.read_text()
     lines = source.splitlines()
     groups: list[list[str]] = []
     end = 0  # the last line of the statement before
+    nodes = []
     for node in ast.parse(source).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
+        lazy = isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        nodes += node.body if lazy else [node]
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) not in ("__future__",
+                                                                                                      "typing"):
             if not groups or any(line.lstrip().startswith("#") for line in lines[end:node.lineno - 1]):
                 groups.append([])
             groups[-1] += [(a.asname or a.name).split(".")[0] for a in node.names]

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import empyrical
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from finance.backtest import (BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold, compare, index_baseline,
-                              min_variance_weights)
+from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold,
+                              compare, drawdown_durations, index_baseline, min_variance_weights, risk_metric_names)
+from finance.data.checks import DataError
 from finance.env import StockTradingVecEnv
+from finance.trading_calendar import CalendarWarning
 
 
 def synthetic_close(T: int = 120, S: int = 6, seed: int = 0, start: str = "2018-01-02") -> pd.DataFrame:
@@ -121,7 +125,7 @@ def test_min_variance_weights_known_answer():
 def test_index_baseline_rescales_and_fills_gaps():
     dates = pd.bdate_range("2021-01-04", periods=5)
     bench = pd.Series([100.0, 110.0, 99.0], index=[pd.Timestamp("2020-12-31"), dates[1], dates[3]])
-    res = index_baseline(bench, dates, initial_cash=50.0)
+    res = index_baseline(bench, dates, initial_cash=50.0, bars_per_year=252)  # 5 weekdays cannot show the calendar
     np.testing.assert_allclose(res.account_value.to_numpy(), [50.0, 55.0, 55.0, 49.5, 49.5], rtol=1e-14)
     with pytest.raises(ValueError, match="no value on or before"):
         index_baseline(bench.iloc[1:], dates)
@@ -206,3 +210,119 @@ def test_baseline_inputs_are_checked():
         BuyAndHoldPolicy(StockTradingVecEnv(close), [0.5, np.nan, 0.1])
     with pytest.raises(ValueError, match=r"train_close lacks tickers \['S2'\]"):
         backtest(lambda obs: torch.zeros(1, 3), close, train_close=close.drop(columns="S2"))
+
+
+# ---------------------------------------------------------------------------- risk-free rate, benchmark, tails
+def strategy_and_benchmark(T: int = 500, seed: int = 2) -> tuple[BacktestResult, pd.Series]:
+    """A strategy whose daily returns are 0.02% + 1.5 x the benchmark's + noise, and the benchmark's prices."""
+    rng = np.random.default_rng(seed)
+    b = rng.normal(3e-4, 0.01, T)
+    r = 2e-4 + 1.5 * b + rng.normal(0.0, 0.004, T)
+    dates = pd.bdate_range("2019-01-01", periods=T + 1)
+    value = pd.Series(1e6 * np.cumprod(np.r_[1.0, 1.0 + r]), index=dates)
+    return BacktestResult("strategy", value), pd.Series(250.0 * np.cumprod(np.r_[1.0, 1.0 + b]), index=dates)
+
+
+def test_metrics_with_a_risk_free_rate_and_a_benchmark_agree_with_hand_formulas():
+    res, prices = strategy_and_benchmark()
+    r, b = res.returns(), prices.pct_change().iloc[1:]
+    rf = 1.04 ** (1 / 252) - 1  # 4% a year, per day
+    plain = res.metrics()
+    assert list(plain.index) == list(METRICS)
+    pd.testing.assert_series_equal(res.metrics(risk_free=0.0), plain)  # the defaults: today's numbers
+
+    m = res.metrics(risk_free=0.04, benchmark=prices)
+    assert list(m.index) == list(METRICS) + list(BENCHMARK_METRICS)
+    assert m["sharpe"] == pytest.approx((r - rf).mean() / r.std(ddof=1) * np.sqrt(252), rel=1e-9)
+    assert m["sharpe"] < plain["sharpe"]
+    assert m["annual_return"] == plain["annual_return"]  # the rate enters excess returns only
+    beta = np.cov(r - rf, b - rf)[0, 1] / np.var(b - rf, ddof=1)
+    assert m["beta"] == pytest.approx(beta, rel=1e-9) and m["beta"] == pytest.approx(1.5, abs=0.05)
+    assert m["alpha"] == pytest.approx((1 + ((r - rf) - beta * (b - rf)).mean()) ** 252 - 1, rel=1e-9)
+    active = r - b
+    assert m["tracking_error"] == pytest.approx(active.std(ddof=1) * np.sqrt(252), rel=1e-9)
+    assert m["information_ratio"] == pytest.approx(active.mean() / active.std(ddof=1) * np.sqrt(252), rel=1e-9)
+    years = len(r) / 252
+    cagr = lambda v: (v.iloc[-1] / v.iloc[0]) ** (1 / years) - 1  # noqa: E731
+    assert m["excess_return"] == pytest.approx(cagr(res.account_value) - cagr(prices), rel=1e-9)
+
+    # The same benchmark as prices, returns, a BacktestResult, a baseline's name: the same numbers; a per-bar
+    # risk-free Series equal to the constant rate gives the constant rate's.
+    index = BacktestResult("index", prices)
+    with_baseline = dataclasses.replace(res, baselines={"index": index})
+    for bench in (b, index):
+        pd.testing.assert_series_equal(res.metrics(0.04, bench), m, rtol=1e-12)
+    pd.testing.assert_series_equal(with_baseline.metrics(0.04, "index"), m, rtol=1e-12)
+    pd.testing.assert_series_equal(res.metrics(pd.Series(rf, index=r.index), prices), m, rtol=1e-12)
+    # A price benchmark on other days (a holiday of the index) is read as of its last close.
+    sparse = prices.drop(prices.index[[5, 6]])
+    assert res.metrics(benchmark=sparse)["beta"] == pytest.approx(m["beta"], rel=0.05)
+
+
+def test_benchmark_and_risk_free_input_errors():
+    res, prices = strategy_and_benchmark(T=60)
+    with pytest.raises(ValueError, match=r"no baseline 'index'; its baselines are \[\]"):
+        res.metrics(benchmark="index")
+    with pytest.raises(ValueError, match=r"benchmark has no return on 10 of 'strategy''s 60 return dates"):
+        res.metrics(benchmark=prices.pct_change().iloc[11:])
+    with pytest.raises(ValueError, match="benchmark has no price on or before"):
+        res.metrics(benchmark=prices.iloc[3:])
+    with pytest.raises(ValueError, match=r"0.04 for 4%, got 4.0; pass 0.04 for 4%"):
+        res.metrics(risk_free=4.0)
+    with pytest.raises(ValueError, match="risk_free has no per-bar return on 1 of"):
+        res.metrics(risk_free=pd.Series(1e-4, index=res.returns().index[1:]))
+    with pytest.raises(TypeError, match="benchmark must be a BacktestResult"):
+        res.metrics(benchmark=[1.0, 2.0])
+    with pytest.raises(ValueError, match=r"benchmark: holds non-numbers \(str"):
+        res.metrics(benchmark=prices.astype(str))
+
+
+def test_tail_and_drawdown_metrics():
+    # Peak 2.0, under water for 3 bars (1.5, 1.8, 1.9); new peak 2.1, then 5 bars under it: the deepest fall, to
+    # 1.0, is never regained.
+    longest, recovery = drawdown_durations(pd.Series([1.0, 2.0, 1.5, 1.8, 1.9, 2.1, 1.0, 1.2, 1.6, 1.9, 2.0]))
+    assert longest == 5 and np.isnan(recovery)
+    assert drawdown_durations(pd.Series([2.0, 1.0, 1.5, 2.0, 2.5])) == (2, 2.0)  # trough at bar 1, back at bar 3
+    assert drawdown_durations(pd.Series([1.0, 2.0, 3.0])) == (0, 0.0)
+
+    res, _ = strategy_and_benchmark()
+    r = np.sort(res.returns().to_numpy())
+    m = res.metrics(risk=True)
+    assert list(m.index) == list(METRICS) + ["var_95", "cvar_95", "longest_drawdown_bars", "recovery_bars"]
+    assert m["var_95"] == pytest.approx(np.percentile(r, 5), rel=1e-12)
+    k = int((len(r) - 1) * 0.05)  # empyrical's tail: the k + 1 worst returns
+    assert m["cvar_95"] == pytest.approx(r[:k + 1].mean(), rel=1e-12) and m["cvar_95"] < m["var_95"] < 0
+    assert (m["longest_drawdown_bars"], m["recovery_bars"]) == pytest.approx(drawdown_durations(res.account_value),
+                                                                            nan_ok=True)
+    m99 = res.metrics(risk=True, var_level=0.99)
+    assert m99["var_99"] < m["var_95"]
+    with pytest.raises(ValueError, match="var_level is a confidence level in"):
+        res.metrics(risk=True, var_level=95)
+
+
+def test_compare_adds_benchmark_and_risk_columns_for_every_row():
+    close = synthetic_close()
+    res = backtest(lambda obs: torch.full((1, 6), 0.3), close, benchmark=close.mean(axis=1), name="dca")
+    table = compare(res, benchmark="equal_weight", risk=True, risk_free=0.02)
+    assert list(table.columns) == list(METRICS) + list(BENCHMARK_METRICS) + list(risk_metric_names())
+    assert list(table.index) == ["dca", "equal_weight", "index"]
+    assert table.loc["equal_weight", "beta"] == pytest.approx(1.0) and table.loc["equal_weight", "alpha"] == \
+        pytest.approx(0.0, abs=1e-12)
+    assert table.loc["dca", "beta"] == pytest.approx(
+        res.metrics(0.02, res.baselines["equal_weight"])["beta"], rel=1e-12)
+    with pytest.raises(ValueError, match="no item has a baseline 'min_variance'"):
+        compare(res, benchmark="min_variance")
+
+
+def test_short_series_warn_and_text_columns_are_named():
+    two = BacktestResult("two bars", pd.Series([100.0, 101.0], index=pd.bdate_range("2024-01-02", periods=2)),
+                         bars_per_year=252)
+    with pytest.warns(CalendarWarning, match=r"'two bars' has 1 return\(s\); its annual return.*extrapolate"):
+        assert two.metrics()["annual_return"] == pytest.approx(1.01**252 - 1)
+    close = synthetic_close(T=30, S=3)
+    with pytest.raises(DataError, match=r"close: 1 column\(s\) hold non-numbers: \['S1'\] \(str, e.g. '1.0'\)"):
+        buy_and_hold(close.assign(S1="1.0"), np.full(3, 1 / 3))
+    with pytest.raises(DataError, match=r"'x''s account_value: holds non-numbers"):
+        BacktestResult("x", pd.Series(["1", "2"]))
+    with pytest.raises(DataError, match=r"series 'p': holds non-numbers"):
+        compare(pd.Series(["a", "b"], name="p"))

@@ -2,6 +2,8 @@
 synthetic intraday panel through features, env and backtest, and yfinance intraday with the
 network simulated."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +14,8 @@ from finance.backtest import BacktestResult, BuyAndHoldPolicy, backtest, buy_and
 from finance.data import DataError, DataUnavailableError, FIELDS, load_benchmark, load_prices, synthetic_prices
 from finance.env import StockTradingVecEnv
 from finance.features import add_features, turbulence
-from finance.trading_calendar import bars_per_year, resolve_bars_per_year, session_index
+from finance.trading_calendar import (CALENDARS, CalendarWarning, bars_per_year, get_calendar, resolve_bars_per_year,
+                                     session_index)
 
 
 # ---------------------------------------------------------------------------- bars_per_year
@@ -55,8 +58,9 @@ def test_bars_per_year_inferred_from_the_bars():
 def test_bars_per_year_errors_and_explicit_values():
     with pytest.raises(ValueError, match=r"unknown interval '1 day'; use a yfinance interval such as '1d', '1h'"):
         bars_per_year("1 day")
-    with pytest.raises(ValueError, match=r"unknown calendar 'LSE'; use one of \['XNYS', '24/7'\]"):
-        bars_per_year("1h", "LSE")
+    with pytest.raises(ValueError, match=r"unknown calendar 'XXXX'; use one of \['XNYS', '24/7'\], an "
+                                         r"exchange_calendars name"):
+        bars_per_year("1h", "XXXX")
     with pytest.raises(ValueError, match="RangeIndex without dates; pass a DatetimeIndex"):
         bars_per_year(pd.RangeIndex(10))
     with pytest.raises(ValueError, match=r"from 1 timestamp\(s\); need at least 2"):
@@ -267,3 +271,53 @@ def test_prepare_market_on_hourly_bars_aligns_the_index_benchmark(monkeypatch, t
     index = market.benchmark["test"]
     assert index.notna().all() and index.index.equals(market.close["test"].index)
     assert bars_per_year(market.close["test"].index) == 1764
+
+
+# ---------------------------------------------------------------------------- 24/7 markets, named calendars, warnings
+def test_round_the_clock_bars_without_a_weekend_are_24_7_with_a_warning():
+    # Hourly crypto from Tuesday to Thursday: 24 bars a day is no exchange session; was 6,048 (NYSE days).
+    with pytest.warns(CalendarWarning, match=r"trade around the clock but span no weekend.*assumed: 365.*'24/5'"):
+        assert bars_per_year(pd.date_range("2024-01-02", periods=72, freq="h")) == 8760
+    # Five weekdays of daily bars cannot tell crypto from stocks: 252, with a warning naming the fix.
+    week = pd.bdate_range("2024-01-01", periods=5)
+    with pytest.warns(CalendarWarning, match=r"span no weekend.*252 bars a year, assumed.*calendar='24/7'"):
+        assert bars_per_year(week) == 252
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalendarWarning)  # what the bars do show is not warned about
+        assert bars_per_year(week, calendar="24/7") == 365
+        assert bars_per_year(session_index("2024-03-05", "2024-03-07", "1h")) == 1764  # a 7-bar session: an exchange
+        # Around the clock on weekdays, with a weekend in between and no bar on it: a 5-day week (FX, futures).
+        fx = pd.date_range("2024-01-01", "2024-01-12 23:00", freq="h")
+        assert bars_per_year(fx[fx.day_of_week < 5]) == 24 * 252
+    # ... and the same data in a backtest: the calendar by name, without a warning.
+    value = pd.Series(np.linspace(100.0, 110.0, 72), index=pd.date_range("2024-01-02", periods=72, freq="h"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalendarWarning)
+        assert BacktestResult("btc", value, bars_per_year="24/7").bars_per_year == 8760
+        assert resolve_bars_per_year("24/7", week) == 365
+        assert resolve_bars_per_year("24/7", pd.RangeIndex(3)) == 365  # no dates: daily bars on that calendar
+    with pytest.raises(ValueError, match=r"bars_per_year must be a positive number .* got 'XXXX': unknown calendar"):
+        resolve_bars_per_year("XXXX", week)
+
+
+def test_exchange_calendars_give_other_markets_their_numbers():
+    lse = get_calendar("XLON")  # from exchange_calendars: 08:00-16:30 London, Monday to Friday
+    assert (lse.open, lse.session_minutes, lse.weekdays) == ("08:00", 510, (0, 1, 2, 3, 4))
+    assert 250 <= lse.days_per_year <= 256  # sessions a year, holidays out
+    assert bars_per_year("1h", "XLON") == lse.days_per_year * 9  # 08:00 .. 16:00, the last one 30 minutes
+    assert get_calendar("LSE") == lse and get_calendar("NYSE") is CALENDARS["XNYS"]  # aliases
+    tokyo = get_calendar("XTKS")  # 09:00-11:30 and 12:30-15:00: the lunch break is not traded
+    assert tokyo.session_minutes == 300 and tokyo.days_per_year < 252  # Golden Week, New Year
+    daily = pd.bdate_range("2023-01-02", "2023-06-30")
+    assert bars_per_year(daily, "XTKS") == tokyo.days_per_year
+
+
+def test_a_single_date_warns_instead_of_annualising_silently():
+    with pytest.warns(CalendarWarning, match=r"from 1 date\(s\); annualising as daily bars \(252"):
+        assert resolve_bars_per_year(None, pd.DatetimeIndex(["2024-01-02"])) == 252
+    # A 2-bar series: its annual return compounds one return 252 times (11.27 for +1%); it now says so.
+    for values, returns in (([100.0], 0), ([100.0, 101.0], 1)):
+        with pytest.warns(CalendarWarning) as record:
+            dates = pd.bdate_range("2024-01-02", periods=len(values))
+            BacktestResult("short", pd.Series(values, index=dates)).metrics()
+        assert any(f"has {returns} return(s); its annual return" in str(w.message) for w in record)

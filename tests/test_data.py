@@ -335,3 +335,21 @@ def test_cache_key_distinguishes_tickers_dates_interval(monkeypatch, tmp_path):
     for interval in ("1d", "1wk", "1d"):
         load_prices(["AAPL"], "2020-01-01", "2020-01-31", source="yfinance", interval=interval, cache_dir=tmp_path)
     assert calls == ["1d", "1wk"] and len(list(tmp_path.glob("*.parquet"))) == 2
+
+
+def test_check_numeric_names_the_columns_that_hold_text():
+    from finance.data.checks import check_numeric
+
+    frame = pd.DataFrame({"AAA": [1.0, 2.0], "BBB": ["3.5", "n/a"], "flag": [True, False]})
+    with pytest.raises(DataError, match=r"close: 2 column\(s\) hold non-numbers: \['BBB', 'flag'\] \(str, e.g. "
+                                        r"'3.5'\).*pd.to_numeric"):
+        check_numeric(frame, "close")  # numpy alone says "could not convert string to float: 'n/a'", no column
+    with pytest.raises(DataError, match=r"returns: holds non-numbers \(object, e.g. 'x'\)"):
+        check_numeric(np.array([0.01, "x"], dtype=object), "returns")
+    with pytest.raises(DataError, match=r"holds non-numbers \(datetime64"):
+        check_numeric(pd.Series(pd.date_range("2024-01-01", periods=2)), "returns")
+    # Numbers of any kind come back as float64 of the same shape, NaN (and pandas' NA) kept.
+    np.testing.assert_array_equal(check_numeric(frame[["AAA"]].astype("Int64"), "x"), [[1.0], [2.0]])
+    out = check_numeric(pd.Series([1.5, None], dtype="Float64"), "x")
+    assert out.dtype == np.float64 and out.shape == (2,) and np.isnan(out[1])
+    assert check_numeric([1, 2], "x").tolist() == [1.0, 2.0]

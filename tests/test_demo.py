@@ -32,10 +32,20 @@ def test_demo_writes_report_with_agents_baselines_guards_and_walk_forward(tmp_pa
     assert len(board) == 2 * demo.SIZES["smoke"]["generations"]
     assert board["score"].notna().all()
 
-    # Every strategy's Sharpe ratio sits inside its bootstrap interval.
+    # Every strategy's Sharpe ratio sits inside its bootstrap interval; equal weight against itself: beta 1.
     results = markdown_table(text, "## Test period").astype(float)
     assert (results["sharpe_ci_low"] < results["sharpe"]).all()
     assert (results["sharpe"] < results["sharpe_ci_high"]).all()
+    assert set(demo.RELATIVE_COLUMNS) <= set(results.columns)
+    assert results.loc["equal_weight", "beta"] == 1.0 and results.loc["equal_weight", "excess_return"] == 0.0
+
+    # Each strategy against equal weight, and the verdict in words.
+    versus = markdown_table(text, "## Is any strategy distinguishable")
+    assert "equal_weight" not in versus.index and {"tournament best", "index", "PPO seed 0"} <= set(versus.index)
+    p = versus[["p (Ledoit-Wolf HAC)", "p (Jobson-Korkie-Memmel)"]].astype(float)
+    assert ((p > 0) & (p <= 1)).all().all()
+    assert "Hansen's SPA p = " in text and ("**no strategy is shown better than equal_weight**" in text or
+                                            "**distinguishable from equal_weight**" in text)
 
     # The guards count every entry as a trial; the pick is the best validation score.
     guards = markdown_table(text, "## How much was luck")
@@ -43,9 +53,12 @@ def test_demo_writes_report_with_agents_baselines_guards_and_walk_forward(tmp_pa
                                   "tournament entries, test 2019-2022"]  # one seed: no seed rows
     assert (guards["trials"].astype(int) == len(board)).all()
     assert (guards["pick"].astype(int) == board.loc[board["score"].idxmax(), "id"]).all()
-    probs = guards[["psr", "dsr", "pbo"]].astype(float)
+    probs = guards[["psr", "dsr", "dsr_effective", "pbo"]].astype(float)
     assert ((probs >= 0) & (probs <= 1)).all().all()
     assert (probs["dsr"] <= probs["psr"]).all()  # deflating raises the bar above 0
+    assert (probs["dsr"] <= probs["dsr_effective"]).all()  # fewer independent trials, a lower bar
+    assert ((guards["effective_trials"].astype(float) >= 1) &
+            (guards["effective_trials"].astype(float) <= guards["trials"].astype(int))).all()
 
     # Walk-forward: the four test years, each trained on the years before it only.
     wf = markdown_table(text, "## Walk-forward")
@@ -83,3 +96,35 @@ def test_demo_takes_its_agent_settings_from_the_library_preset():
     assert demo.SIZES["full"]["single_steps"] == preset.total_steps
     assert inspect.signature(demo.train_env).parameters["num_envs"].default == preset.num_envs
     assert not hasattr(demo, "STOCK_PPO")  # no settings of its own beyond the demo's sizes
+
+
+def test_comparison_against_equal_weight_says_in_words_what_the_tests_find(monkeypatch):
+    import dataclasses
+
+    from finance.backtest import BacktestResult
+
+    monkeypatch.setattr(demo, "SPA_RESAMPLES", 200)
+    rng = np.random.default_rng(0)
+    dates = pd.bdate_range("2019-01-01", periods=757)
+    ew_returns = rng.normal(4e-4, 0.01, 756)
+
+    def result(name, r, **kwargs):
+        return BacktestResult(name, pd.Series(1e6 * np.cumprod(np.r_[1.0, 1.0 + r]), index=dates), **kwargs)
+
+    equal = result("equal_weight", ew_returns)
+    noise = [result(f"noise {i}", ew_returns + rng.normal(0.0, 0.003, 756)) for i in range(3)]
+    noise[0] = dataclasses.replace(noise[0], baselines={"equal_weight": equal})
+    table, spa = demo.comparison_table(noise)
+    assert list(table.index) == ["noise 0", "noise 1", "noise 2"]
+    assert table.loc["noise 1", "sharpe"] == pytest.approx(noise[1].metrics()["sharpe"], rel=1e-12)
+    np.testing.assert_allclose(table["sharpe equal_weight"], equal.metrics()["sharpe"], rtol=1e-12)
+    assert spa.superior == [] and spa.pvalue > 0.05
+    verdict = demo.comparison_verdict(table, spa)
+    assert "**no strategy is shown better than equal_weight**" in verdict and "SPA p = " in verdict
+
+    edge = result("edge", ew_returns + 1e-3 + rng.normal(0.0, 0.003, 756))  # 0.1% a day more: t about 9
+    table, spa = demo.comparison_table([noise[0], edge])
+    assert table.loc["edge", "p (Ledoit-Wolf HAC)"] < 0.01 and table.loc["edge", "difference"] > 0
+    assert spa.best == "edge" and spa.superior == ["edge"]
+    verdict = demo.comparison_verdict(table, spa)
+    assert "edge above it" in verdict and "StepM finds edge better than equal_weight" in verdict

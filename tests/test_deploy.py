@@ -310,3 +310,109 @@ def test_deploy_files_ship_in_the_wheel():
     files = [p.relative_to(DEPLOY.parent).as_posix() for p in DEPLOY.iterdir() if p.is_file()]
     unshipped = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
     assert not unshipped, f"[tool.setuptools.package-data] podracer = {patterns} leaves out {unshipped}"
+
+
+# ------------------------------------------------------------------------- secure by default
+AUTH = {"RAY_AUTH_MODE": "token"}
+SECRET_KEY = "auth_token"  # the key KubeRay's own samples and authOptions use in the Secret
+README = DEPLOY / "README.md"
+RAY_HOME = "/home/ray"  # the image's user: Ray's default token file is ~/.ray/auth_token there
+
+
+def _env(container: dict) -> dict[str, dict]:
+    """{name: the env entry} of a container (or autoscalerOptions)."""
+    return {e["name"]: e for e in container.get("env") or []}
+
+
+def _token_secret(entry: dict | None, where: str) -> str:
+    """The Secret that ``entry`` (RAY_AUTH_TOKEN's env entry) reads its token from."""
+    assert entry is not None, f"{where}: no RAY_AUTH_TOKEN: with RAY_AUTH_MODE=token every Ray process needs the token"
+    assert "value" not in entry, f"{where}: RAY_AUTH_TOKEN written in the manifest; take it from a Secret"
+    ref = entry.get("valueFrom", {}).get("secretKeyRef", {})
+    assert ref.get("key") == SECRET_KEY and ref.get("name"), f"{where}: RAY_AUTH_TOKEN is not secretKeyRef ({ref})"
+    return ref["name"]
+
+
+def _dockerfile_env() -> dict[str, str]:
+    env = {}
+    for keyword, args in _instructions():
+        if keyword == "ENV":
+            key, sep, value = args.partition("=")
+            if not sep or " " in key.strip():  # the old form, ENV KEY value
+                key, _, value = args.partition(" ")
+            env[key.strip()] = value.strip()
+    return env
+
+
+def test_the_image_turns_token_auth_on_and_holds_no_token():
+    env = _dockerfile_env()
+    assert env.get("RAY_AUTH_MODE") == "token", "the image does not set ENV RAY_AUTH_MODE=token"
+    assert "RAY_AUTH_TOKEN" not in env, "a token baked into the image is readable by anyone who pulls it"
+
+
+def test_every_kuberay_container_has_the_mode_and_the_token_from_one_secret():
+    cluster, others = _kuberay()
+    secrets = set()
+    for group, pod in _pod_specs(cluster).items():
+        for box in pod["containers"]:
+            env, where = _env(box), f"kuberay.yaml {group}/{box['name']}"
+            assert env.get("RAY_AUTH_MODE", {}).get("value") == "token", f"{where}: no RAY_AUTH_MODE=token"
+            secrets.add(_token_secret(env.get("RAY_AUTH_TOKEN"), where))
+    scaler = cluster["spec"].get("autoscalerOptions", {})
+    if cluster["spec"].get("enableInTreeAutoscaling"):  # a sidecar that talks to the GCS: it needs them too
+        assert _env(scaler).get("RAY_AUTH_MODE", {}).get("value") == "token", "the autoscaler has no RAY_AUTH_MODE"
+        secrets.add(_token_secret(_env(scaler).get("RAY_AUTH_TOKEN"), "kuberay.yaml autoscalerOptions"))
+    assert len(secrets) == 1, f"the containers read their tokens from different Secrets: {sorted(secrets)}"
+    shipped = [d for d in others if d.get("kind") == "Secret"]
+    assert not shipped, "kuberay.yaml ships a Secret: a token in a file that is copied around; create it with kubectl"
+    created = re.findall(r"kubectl create secret generic (\S+) --from-literal=(\w+)=", README.read_text())
+    assert (secrets.pop(), SECRET_KEY) in created, f"README.md creates {created}, not the Secret the manifest reads"
+
+
+def test_every_launcher_node_has_the_mode_and_the_token_file():
+    config = _launcher()
+    options = " ".join(config["docker"].get("run_options", []))
+    assert "--env=RAY_AUTH_MODE=token" in options or _dockerfile_env().get("RAY_AUTH_MODE") == "token", \
+        "ray-cluster.yaml's containers run without RAY_AUTH_MODE=token"
+    path = re.search(r"--env=RAY_AUTH_TOKEN_PATH=(\S+)", options)
+    token_file = path[1] if path else f"{RAY_HOME}/.ray/auth_token"  # where Ray looks by default
+    mounts = config.get("file_mounts") or {}
+    assert token_file in mounts, f"no file_mounts entry puts the token at {token_file} on the nodes ({mounts})"
+    assert "RAY_AUTH_TOKEN=" not in options and "RAY_AUTH_TOKEN=" not in LAUNCHER.read_text(), \
+        "a token written in ray-cluster.yaml"
+    assert "ray get-auth-token --generate" in README.read_text(), "README.md does not say how to make the token"
+
+
+def _dashboard_hosts() -> list[tuple[str, str, bool]]:
+    """(where, host, token auth on there) for every dashboard the templates start."""
+    config, found = _launcher(), []
+    launcher_auth = "--env=RAY_AUTH_MODE=token" in " ".join(config["docker"].get("run_options", []))
+    for command in config.get("head_start_ray_commands", []):
+        if "ray start" in command:
+            host = re.search(r"--dashboard-host[= ](\S+)", command)
+            found.append(("ray-cluster.yaml head", host[1] if host else "localhost", launcher_auth))
+    cluster, _ = _kuberay()
+    head = cluster["spec"]["headGroupSpec"]
+    env = _env(head["template"]["spec"]["containers"][0])
+    found.append(("kuberay.yaml head", head["rayStartParams"].get("dashboard-host", "localhost"),
+                  env.get("RAY_AUTH_MODE", {}).get("value") == "token" and "RAY_AUTH_TOKEN" in env))
+    return found
+
+
+def test_no_dashboard_listens_on_every_interface_without_token_auth():
+    hosts = _dashboard_hosts()
+    assert len(hosts) == 2, f"expected one dashboard per template, found {hosts}"
+    open_without_auth = [(where, host) for where, host, auth in hosts if host in ("0.0.0.0", "::") and not auth]
+    assert not open_without_auth, f"dashboards (the job API: code execution) open to the network: {open_without_auth}"
+    launcher = dict((where, host) for where, host, _ in hosts)["ray-cluster.yaml head"]
+    assert launcher in ("127.0.0.1", "localhost"), "the launcher's dashboard is reached through `ray dashboard`'s " \
+        f"SSH tunnel: bind it to the head's loopback, not {launcher}"
+
+
+def test_the_readme_says_what_a_driver_needs_to_connect():
+    text = README.read_text()
+    for needed in ("RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN", "~/.ray/auth_token", "RAY_AUTH_TOKEN_PATH",
+                   "ray.init(address="):
+        assert needed in text, f"README.md does not mention {needed!r}: a driver with an address alone fails"
+    assert re.search(r"export RAY_AUTH_TOKEN=.*kubectl get secret podracer-ray-auth", text), \
+        "README.md does not show how to take the token out of the KubeRay Secret"

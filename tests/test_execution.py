@@ -130,3 +130,97 @@ def test_the_env_fills_its_orders_with_execute_orders_at_prices():
     with pytest.warns(FutureWarning, match="prices"):
         old = env.price  # the name until 0.1
     assert old is env.prices
+
+
+# ---------------------------------------------------------------------------- execution timing
+def gap_up() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Closes 100, then 160: the stock gaps up overnight to open at 150 and closes at 160."""
+    dates = pd.bdate_range("2021-06-01", periods=4)
+    return (pd.DataFrame({"A": [100.0, 160.0, 160.0, 160.0]}, index=dates),
+            pd.DataFrame({"A": [100.0, 150.0, 160.0, 160.0]}, index=dates))
+
+
+@pytest.mark.parametrize("execution, fill, value", [
+    ("close", 100.0, 10_000 + 50 * 60),  # buys at the close it saw: the whole jump, which no one could trade
+    ("next_open", 150.0, 10_000 + 50 * 10),  # the overnight gap is gone; the day's move is earned
+    ("next_close", 160.0, 10_000),  # nothing of the move
+])
+def test_a_jump_the_next_day_is_caught_only_by_a_same_close_fill(execution, fill, value):
+    close, opens = gap_up()
+    env = StockTradingVecEnv(close, open_prices=opens, initial_cash=10_000, max_trade_shares=50, cost_pct=0.0,
+                             execution=execution)
+    _, reward, _, _, info = env.step(torch.tensor([[1.0]]))  # decided on day 0: buy 50
+    assert info["trades"].item() == 50 and info["fill_prices"].item() == fill
+    assert info["cash"].item() == 10_000 - 50 * fill
+    assert info["account_value"].item() == value and reward.item() == pytest.approx(100 * (value / 10_000 - 1))
+
+
+def test_next_bar_fills_budget_the_cash_at_the_fill_price():
+    close, opens = gap_up()
+    env = StockTradingVecEnv(close, open_prices=opens, initial_cash=10_000, max_trade_shares=100, cost_pct=0.0,
+                             execution="next_open")
+    _, _, _, _, info = env.step(torch.tensor([[1.0]]))  # 100 shares at 100 would fit; at the 150 open only 66 do
+    assert info["trades"].item() == 66 and info["cash"].item() == 10_000 - 66 * 150
+
+
+def test_next_open_needs_opens():
+    close, opens = gap_up()
+    with pytest.raises(ValueError, match=r"no open_prices were given: pass open_prices=prices\['open'\].*sample_ohlcv"):
+        StockTradingVecEnv(close, execution="next_open")
+    with pytest.raises(ValueError, match="execution must be one of"):
+        StockTradingVecEnv(close, execution="open")
+    with pytest.raises(ValueError, match=r"open_prices must have shape \(days, stocks\) = \(4, 1\)"):
+        StockTradingVecEnv(close, open_prices=np.ones((3, 1)), execution="next_open")
+    with pytest.raises(ValueError, match="open_prices: 4 non-positive prices"):
+        StockTradingVecEnv(close, open_prices=opens * 0, execution="next_open")
+
+
+@pytest.mark.parametrize("execution", ["next_close", "next_open"])
+def test_next_bar_fills_keep_the_books(execution):
+    """Random accounts: value(t+1) - value(t) = h . (fill - close[t]) + h' . (close[t+1] - fill) - costs."""
+    rng = np.random.default_rng(1)
+    T, S, N = 30, 4, 256
+    close = pd.DataFrame(rng.uniform(5, 500, S) * np.exp(np.cumsum(rng.normal(0, 0.03, (T, S)), axis=0)),
+                         index=pd.bdate_range("2020-01-02", periods=T))
+    opens = close.shift(1).bfill() * np.exp(rng.normal(0, 0.01, (T, S)))
+    env = StockTradingVecEnv(close, num_envs=N, open_prices=opens, initial_cash=2e4, max_trade_shares=60,
+                             cost_pct=2e-3, execution=execution, episode_length=12, random_start=True,
+                             cash_range=(1e3, 4e4), seed=2)
+    c, o = torch.tensor(close.to_numpy()), torch.tensor(opens.to_numpy())
+    g = torch.Generator().manual_seed(2)
+    for _ in range(25):
+        day, h0, v0, cash0 = env.day.clone(), env.holdings.clone(), env.value.clone(), env.cash.clone()
+        actions = torch.rand(N, S, generator=g) * 2 - 1
+        _, _, _, _, info = env.step(actions)
+        fill = (c if execution == "next_close" else o)[day + 1]
+        expected = execute_orders(cash0, h0, fill, (actions * 60).round().double(), 2e-3)
+        assert torch.equal(info["trades"], expected.trades) and torch.equal(info["cash"], expected.cash)
+        h1, p0, p1 = info["holdings"], c[day], c[day + 1]
+        change = torch.linalg.vecdot(h0, fill - p0) + torch.linalg.vecdot(h1, p1 - fill) - info["costs"]
+        torch.testing.assert_close(info["account_value"] - v0, change, rtol=1e-10, atol=1e-8)
+        torch.testing.assert_close(info["costs"], 2e-3 * torch.linalg.vecdot(info["trades"].abs(), fill))
+
+
+def test_backtest_takes_execution_and_costs_and_trades_its_baselines_under_them():
+    from finance import FixedPerTrade, Proportional, backtest
+
+    close, opens = gap_up()
+    env = StockTradingVecEnv(close, open_prices=opens, initial_cash=10_000, max_trade_shares=50, cost_pct=0.0)
+    buy = lambda obs: torch.ones(1, 1)  # noqa: E731
+    same = backtest(buy, env, bars_per_year=252)  # (4 days show no weekend: say the calendar)
+    late = backtest(buy, env, execution="next_open", bars_per_year=252)
+    assert same.account_value.iloc[1] == 13_000 and late.account_value.iloc[1] == 10_500
+    assert same.baselines["equal_weight"].account_value.iloc[1] == 10_000 + 100 * 60  # closed form: 100 shares
+    assert late.baselines["equal_weight"].account_value.iloc[1] == 10_000 + 66 * 10  # through the env: at the open
+    # The same rules through the env (a model that is not plain Proportional) give the closed form's baseline.
+    rng = np.random.default_rng(3)
+    walk = pd.DataFrame(rng.uniform(10, 90, 3) * np.exp(np.cumsum(rng.normal(0, 0.02, (40, 3)), axis=0)),
+                        index=pd.bdate_range("2020-01-02", periods=40))
+    buy3 = lambda obs: torch.full((1, 3), 0.5)  # noqa: E731
+    plain = backtest(buy3, walk, cost_pct=1e-3)
+    general = backtest(buy3, walk, costs=Proportional(1e-3) + FixedPerTrade(0.0))
+    np.testing.assert_allclose(general.account_value, plain.account_value, rtol=1e-12)
+    np.testing.assert_allclose(general.baselines["equal_weight"].account_value,
+                               plain.baselines["equal_weight"].account_value, rtol=1e-12)
+    with pytest.raises(ValueError, match="when building the env"):
+        backtest(buy, env, max_trade_shares=5)

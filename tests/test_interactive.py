@@ -151,3 +151,30 @@ def test_panel_redraws_when_a_control_moves(market):
     panel.widgets["turbulence_on"].value = False
     panel.widgets["window"].index = (0, len(market.close["test"]) - 1)
     assert panel.backtest(panel.controls()) is panel._cache[panel.controls()]  # back to a seen setting: cached
+
+
+
+def test_panel_reads_out_its_dates_greys_out_the_unused_quantile_and_prints_one_number_format(market):
+    panel = interactive_backtest(market, POLICIES)
+    dates = market.close["test"].index
+    assert panel.window_readout.value == f"{dates[0].date()} .. {dates[-1].date()} ({len(dates):,} days)"
+    panel.widgets["window"].index = (10, 30)
+    assert panel.window_readout.value == f"{dates[10].date()} .. {dates[30].date()} (21 days)"
+    panel.widgets["window"].index = (5, 5)  # refused, but the readout still says where the slider is
+    assert panel.window_readout.value.endswith(" (1 day)") and "cannot backtest" in panel.status.value
+    quantile = panel.widgets["turbulence_quantile"]
+    assert quantile.disabled  # the switch is off: the threshold would do nothing
+    panel.widgets["turbulence_on"].value = True
+    assert not quantile.disabled
+    panel.widgets["turbulence_on"].value = False
+    assert quantile.disabled and panel.controls().turbulence_threshold is None
+
+    panel.widgets["window"].index = (0, 250)
+    m = panel.result.metrics()
+    table = metrics_table(panel.result)
+    html, status = table.to_html(), panel.status.value
+    for shown in (f"{m['sharpe']:.2f}", f"{m['cumulative_return']:.1%}", f"{m['costs']:.2%}"):
+        assert shown in status and f">{shown}<" in html, (shown, status)  # the same text in both
+    assert table.data.loc["churn", "sharpe"] == m["sharpe"]  # the numbers behind it, unrounded
+    panel.widgets["policy"].value = "index"
+    assert "not traded" in panel.status.value and ">n/a<" in metrics_table(panel.result).to_html()

@@ -3,8 +3,16 @@ not a corrupt one), tickets, and many processes writing at once. Also selection 
 mutation, which read the board."""
 
 import multiprocessing as mp
+import os
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
 
 import pytest
 import torch
@@ -14,7 +22,8 @@ from podracer.agents.ppo import PPOConfig
 from podracer.agents.registry import make_agent
 from podracer.envs import PendulumVecEnv
 from podracer import checkpoints
-from podracer.tournament import CheckpointError, CheckpointMissingError, Leaderboard, TicketError, mutate, select_parent
+from podracer.tournament import (CheckpointError, CheckpointMissingError, Leaderboard, ReadOnlyBoardError, TicketError,
+                                 mutate, select_parent)
 
 
 def small_agent(seed: int = 0):
@@ -225,3 +234,136 @@ def test_a_store_from_before_host_columns_opens_and_gains_them(tmp_path):
     assert board.pods().loc[1, ["status", "host", "node"]].tolist() == ["exited", "h", "n"]
     with pytest.raises(ValueError, match="unknown pod column"):
         board.set_pod(1, **{"status = 'x' --": 1})
+
+
+# ---------------------------------------------------------------------------- archived (read-only) stores
+def _archived_store(path):
+    """A finished store: two entries, the second one's checkpoint damaged."""
+    board = Leaderboard(path)
+    board.submit(small_agent(0), -10.0, hparams={"learning_rate": 3e-4})
+    damaged = board.submit(small_agent(1), -20.0)
+    (board.store / damaged.checkpoint).write_bytes(b"not a checkpoint")
+    return board
+
+
+def _assert_reads_and_refuses_writes(board):
+    assert board.read_only and len(board) == 2 and board.integrity_check() == "ok"
+    assert [e.score for e in board.top(2)] == [-10.0, -20.0]
+    assert board.to_frame().loc[1, "hp/learning_rate"] == pytest.approx(3e-4)
+    obs = torch.randn(4, 3)
+    torch.testing.assert_close(board.load_agent(1).act(obs, deterministic=True),
+                               small_agent(0).act(obs, deterministic=True))
+    with pytest.warns(RuntimeWarning, match="entry 2 is corrupt.*not flagged corrupt: the board is read-only"):
+        assert board.verify() == [2]
+    assert not board.get(2).corrupt
+    for write in (lambda: board.submit(small_agent(2), 0.0), lambda: board.claim(1), board.register_pod,
+                  lambda: board.mark_corrupt(2), lambda: board.set_budget(3)):
+        with pytest.raises(ReadOnlyBoardError, match="open read-only.*copy the store to a writable folder"):
+            write()
+
+
+def test_a_read_only_board_reads_everything_and_refuses_every_write(tmp_path):
+    _archived_store(tmp_path)
+    before = sorted(p.name for p in tmp_path.joinpath("checkpoints").iterdir())
+    _assert_reads_and_refuses_writes(Leaderboard(tmp_path, read_only=True))
+    assert sorted(p.name for p in tmp_path.joinpath("checkpoints").iterdir()) == before  # no file was written
+
+
+def test_a_store_this_process_cannot_write_opens_read_only_by_itself(tmp_path, monkeypatch):
+    """As root, chmod does not stop writes, so "cannot write" is os.access's answer, patched here;
+    the folder is then also treated as one where no -shm can be created: SQLite's immutable=1."""
+    _archived_store(tmp_path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode & os.W_OK else real_access(p, mode, **kw))
+    board = Leaderboard(tmp_path)
+    assert board._uri.endswith("?immutable=1")
+    _assert_reads_and_refuses_writes(board)
+    with pytest.raises(FileNotFoundError, match="no board.sqlite in .*a read-only board must exist"):
+        Leaderboard(tmp_path / "elsewhere", read_only=True)
+
+
+def test_a_killed_writers_log_in_a_read_only_folder_is_read_from_a_copy(tmp_path, monkeypatch):
+    """A writer killed before SQLite merged its -wal into the file leaves committed rows only in
+    the -wal; a read-only folder cannot host the -shm needed to read it, so the board reads a copy."""
+    board = Leaderboard(tmp_path / "live")
+    board.submit(small_agent(0), -10.0)
+    writer = sqlite3.connect(board.path)  # held open: the -wal is not merged into the file on close
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE entries SET score = -1.0")
+    writer.commit()
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    for name in ("board.sqlite", "board.sqlite-wal"):  # what a crash leaves; no -shm
+        shutil.copy(board.store / name, archive / name)
+    writer.close()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode & os.W_OK else real_access(p, mode, **kw))
+    with pytest.warns(RuntimeWarning, match="never merged into the file.*private copy"):
+        copy = Leaderboard(archive)
+    assert [e.score for e in copy.entries()] == [-1.0]  # the committed update in the -wal is there
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: ~4 s
+def test_a_real_read_only_folder_opens_for_a_user_who_cannot_write_it(tmp_path):
+    """The issue's case with real permissions: a store chmod'ed read-only, opened by a user who
+    cannot write it. As root (who writes anyway) the check runs as `nobody` through setpriv."""
+    store = Path(tempfile.mkdtemp(prefix="podracer-ro-"))  # /tmp/pytest-of-root is 0700: nobody could not enter
+    try:
+        _archived_store(store)
+        for path in [store, store / "checkpoints", *store.rglob("*")]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        code = ("import sys; from podracer.tournament import Leaderboard, ReadOnlyBoardError\n"
+                "board = Leaderboard(sys.argv[1])\n"
+                "try:\n    board.set_budget(1)\nexcept ReadOnlyBoardError:\n    pass\n"
+                "print(board.read_only, board._uri.rsplit('?', 1)[1], [e.score for e in board.top(2)])")
+        command = [sys.executable, "-c", code, str(store)]
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv: no way to drop to a user that chmod binds here")
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=str(store))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.split("\n")[-2] == "True immutable=1 [-10.0, -20.0]"
+        assert sorted(p.name for p in store.iterdir()) == ["board.sqlite", "checkpoints"]  # nothing written
+    finally:
+        for path in [store, *store.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        shutil.rmtree(store)
+
+
+def test_a_store_path_that_is_a_file_says_so(tmp_path):
+    board = Leaderboard(tmp_path / "store")
+    with pytest.raises(NotADirectoryError, match=r"is a file, not a store directory: pass its folder"):
+        Leaderboard(board.path)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(NotADirectoryError, match="notes.txt' is a file.*folder that holds board.sqlite"):
+        Leaderboard(tmp_path / "notes.txt")
+
+
+# ---------------------------------------------------------------------------- export, backup
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_export_writes_the_ranked_table(tmp_path, suffix):
+    board = Leaderboard(tmp_path / "store")
+    root = board.submit(small_agent(0), -30.0, hparams={"learning_rate": 3e-4})
+    board.submit(small_agent(1), -10.0, parent_id=root.id, generation=1, hparams={"learning_rate": 2.4e-4},
+                 changes={"learning_rate": [3e-4, 2.4e-4]})
+    path = board.export(tmp_path / "out" / f"board{suffix}")
+    frame = pd.read_csv(path, index_col="id") if suffix == ".csv" else pd.read_parquet(path)
+    expected = board.to_frame()
+    assert list(frame.index) == [2, 1] and list(frame.columns) == list(expected.columns)
+    assert frame["hp/learning_rate"].tolist() == pytest.approx([2.4e-4, 3e-4])
+    assert frame.loc[2, "changes"] == "learning_rate: 0.0003->0.00024"
+    with pytest.raises(ValueError, match=r"cannot tell the format of .*board.xlsx: name it \*.csv or \*.parquet"):
+        board.export(tmp_path / "board.xlsx")
+
+
+def test_backup_is_one_consistent_file_that_opens_as_a_board(tmp_path):
+    board = Leaderboard(tmp_path / "store")
+    board.submit(small_agent(0), -10.0)
+    reader = sqlite3.connect(board.path)  # a reader holding the WAL open does not stop the backup
+    reader.execute("SELECT COUNT(*) FROM entries").fetchone()
+    copy = board.backup(tmp_path / "copy" / "board.sqlite")
+    reader.close()
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["board.sqlite"]  # no -wal, no temporary file
+    assert [e.checksum for e in Leaderboard(copy.parent, read_only=True).entries()] == \
+        [e.checksum for e in board.entries()]

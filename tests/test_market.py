@@ -61,3 +61,30 @@ def test_one_ticker_as_a_string():
 def test_train_split_is_required():
     with pytest.raises(ValueError, match="needs train=\\(start, end\\)"):
         prepare_market(TICKERS, train=None, valid=SPANS["valid"], test=SPANS["test"])
+
+
+# ---------------------------------------------------------------------------- issue 22: OHLCV
+def test_an_ohlcv_market_carries_opens_and_volume_to_its_envs(market):
+    import torch
+
+    from finance import SAMPLE_OHLCV_TICKERS, HalfSpread, SqrtImpact, compare_execution
+
+    ohlcv = prepare_market(SAMPLE_OHLCV_TICKERS, source="sample_ohlcv", history_start="2010-01-01",
+                           train=("2011-01-01", "2011-12-31"), valid=None, test=("2012-01-02", "2012-03-30"))
+    prices = load_prices(SAMPLE_OHLCV_TICKERS, "2012-01-02", "2012-03-30", source="sample_ohlcv")
+    pd.testing.assert_frame_equal(ohlcv.open["test"], prices["open"])
+    pd.testing.assert_frame_equal(ohlcv.volume["test"], prices["volume"])
+    env = ohlcv.env("test", execution="next_open", costs=HalfSpread(1e-3) + SqrtImpact(), max_participation=0.01)
+    np.testing.assert_array_equal(env.open_prices.numpy(), prices["open"].to_numpy())
+    np.testing.assert_array_equal(env.volume.numpy(), prices["volume"].to_numpy())
+
+    def momentum(obs):  # long what rose since the first day, short nothing: trades every day
+        return (obs[:, 5:9] * 20).clamp(0.0, 1.0)
+
+    table = compare_execution(momentum, ohlcv, costs={"10bp": 1e-3, "spread+impact": HalfSpread(2e-3) + SqrtImpact()})
+    assert table.index.names == ["execution", "costs"] and len(table) == 6
+    assert (table.xs("spread+impact", level="costs")["costs"] > table.xs("10bp", level="costs")["costs"]).all()
+    assert table["annual_return"].nunique() == 6  # every timing and cost model changes the result
+    with pytest.raises(ValueError, match="source='sample_ohlcv'"):  # the close-only sample has no opens
+        market.env("test", execution="next_open")
+    assert market.open == {} and market.volume == {}

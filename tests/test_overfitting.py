@@ -4,6 +4,7 @@ a brute-force CSCV and Monte-Carlo checks of what each probability claims."""
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import empyrical
 import numpy as np
@@ -12,9 +13,9 @@ import pytest
 import torch
 from scipy import stats
 
-from finance.overfitting import (deflated_sharpe_ratio, expected_max_sharpe, pbo, probabilistic_sharpe_ratio,
-                                 probability_of_backtest_overfitting, psr_from_moments, sharpe_ratio,
-                                 trial_returns_from_leaderboard)
+from finance.overfitting import (deflated_sharpe_ratio, effective_trials, expected_max_sharpe, pbo,
+                                 probabilistic_sharpe_ratio, probability_of_backtest_overfitting, psr_from_moments,
+                                 sharpe_ratio, trial_returns_from_leaderboard)
 
 
 # ---------------------------------------------------------------------------- PSR
@@ -324,3 +325,81 @@ def test_bootstrap_sharpe_ci_rejects_bad_input_with_the_fix():
         bootstrap_sharpe_ci(r, block_length=0)
     with pytest.raises(ValueError, match="n_resamples"):
         bootstrap_sharpe_ci(r, n_resamples=10)
+
+
+# ---------------------------------------------------------------------------- effective number of trials
+def test_effective_trials_counts_clusters_not_copies():
+    rng = np.random.default_rng(10)
+    T = 1000
+    independent = pd.DataFrame(rng.normal(size=(T, 20)))
+    assert effective_trials(independent) == pytest.approx(20, rel=0.02)
+    assert effective_trials(independent, "correlation") == pytest.approx(20, rel=0.06)
+    # Two lineages of ten near-copies each: two independent trials (Galwey), and about two for the design
+    # effect too, whose mean correlation is about 9/19.
+    lineages = pd.DataFrame(np.repeat(rng.normal(size=(T, 2)), 10, axis=1) + 0.01 * rng.normal(size=(T, 20)))
+    assert effective_trials(lineages) == pytest.approx(2.0, abs=0.15)
+    rho = np.corrcoef(lineages.to_numpy().T)[~np.eye(20, dtype=bool)].mean()
+    assert effective_trials(lineages, "correlation") == pytest.approx(20 / (1 + 19 * rho), rel=1e-9)
+    # One lineage with a common factor (correlation 0.5): between 1 and N, fewer the more alike.
+    common = [effective_trials(pd.DataFrame(np.sqrt(c) * rng.normal(size=(T, 1)) + np.sqrt(1 - c) *
+                                            rng.normal(size=(T, 20)))) for c in (0.2, 0.5, 0.8)]
+    assert 20 > common[0] > common[1] > common[2] > 1
+    with pytest.raises(ValueError, match="unknown method 'pca'"):
+        effective_trials(independent, "pca")
+
+
+def test_dsr_with_effective_trials_is_calibrated_for_clustered_trials():
+    """Fifty skill-less trials in five lineages of ten near-copies: counting 50 trials makes the DSR
+    of the best too harsh (a true discovery would be missed); counting the 5 it is worth keeps the
+    DSR's promise, at most 5% or so of lucky picks above 0.95, about 0.5 on average."""
+    rng = np.random.default_rng(11)
+    plain, effective = [], []
+    for _ in range(150):
+        x = np.repeat(rng.normal(0.0, 0.01, (500, 5)), 10, axis=1) + rng.normal(0.0, 0.001, (500, 50))
+        frame = pd.DataFrame(x)
+        best = frame[frame.mean().div(frame.std()).idxmax()]
+        plain.append(deflated_sharpe_ratio(best, trial_returns=frame))
+        effective.append(deflated_sharpe_ratio(best, "effective", trial_returns=frame))
+    assert np.mean(np.array(effective) > 0.95) <= 0.08
+    assert 0.35 < np.mean(effective) < 0.65
+    assert np.mean(plain) < np.mean(effective) - 0.1
+    # "effective" is N = round(effective_trials(...)) with the same trial Sharpe ratios.
+    sharpes = frame.mean() / frame.std()
+    assert deflated_sharpe_ratio(best, "effective", trial_returns=frame) == pytest.approx(
+        deflated_sharpe_ratio(best, round(effective_trials(frame)), trial_sharpes=sharpes), rel=1e-12)
+    with pytest.raises(ValueError, match="pass trial_returns"):
+        deflated_sharpe_ratio(best, "effective", trial_sharpes=sharpes)
+    with pytest.raises(ValueError, match="not several"):
+        deflated_sharpe_ratio(best, trial_returns=frame, trial_sharpes=sharpes)
+
+
+# ---------------------------------------------------------------------------- degenerate trials, units, text
+def test_degenerate_trial_sets_are_refused_or_flagged():
+    rng = np.random.default_rng(12)
+    r = rng.normal(0.0, 0.01, 200)
+    with pytest.raises(ValueError, match="4 trials but they are all identical"):  # was PBO 1.0, silently
+        probability_of_backtest_overfitting(pd.DataFrame(np.repeat(r[:, None], 4, axis=1)))
+    with pytest.raises(ValueError, match="every trial in trial_returns is constant"):
+        probability_of_backtest_overfitting(pd.DataFrame({"cash": np.zeros(200), "bond": np.full(200, 1e-4)}))
+    frame = pd.DataFrame({"a": r, "b": rng.normal(0.0, 0.01, 200), "a again": r})
+    with pytest.warns(UserWarning, match=r"1 trial\(s\) \['a again'\] repeat another trial exactly.*2 distinct"):
+        probability_of_backtest_overfitting(frame, n_splits=4)
+    with pytest.raises(ValueError, match=r"trial_returns: 1 column\(s\) hold non-numbers: \['name'\]"):
+        probability_of_backtest_overfitting(frame.drop(columns="a again").assign(name="x"))
+    with pytest.raises(ValueError, match=r"returns: holds non-numbers \(str"):
+        probabilistic_sharpe_ratio(pd.Series(r).astype(str))
+
+
+def test_a_sharpe_ratio_in_the_wrong_units_warns():
+    r = np.random.default_rng(13).normal(5e-4, 0.01, 500)  # per period about 0.05
+    with pytest.warns(UserWarning, match=r"benchmark_sharpe=1 is read per period.*pass periods_per_year"):
+        assert probabilistic_sharpe_ratio(r, 1.0) < 1e-50  # what the issue saw: 5.7e-205 and no word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert 0.01 < probabilistic_sharpe_ratio(r, 1.0, periods_per_year=252) < 0.99
+        probabilistic_sharpe_ratio(r, 0.04)  # a plausible daily benchmark
+        deflated_sharpe_ratio(r, trial_sharpes=[0.01, 0.03, 0.05])
+    with pytest.warns(UserWarning, match=r"median \|trial_sharpes\|=1.25 is read per period"):
+        deflated_sharpe_ratio(r, trial_sharpes=[1.0, 2.0, 0.5, 1.5])
+    with pytest.warns(UserWarning, match=r"trials_sharpe_std=0.8 is read per period"):
+        deflated_sharpe_ratio(r, 10, 0.8)

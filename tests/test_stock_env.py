@@ -148,9 +148,9 @@ def test_batched_equals_single_env_runs():
 
 
 # ---------------------------------------------------------------------------- no look-ahead
-def _run(close, features, turb, actions):
+def _run(close, features, turb, actions, **env_kwargs):
     env = StockTradingVecEnv(close, features, turb, num_envs=len(actions[0]), initial_cash=1e5, max_trade_shares=80,
-                             turbulence_threshold=40.0)
+                             turbulence_threshold=40.0, **env_kwargs)
     obs, _ = env.reset()
     observations, rewards, trades = [obs], [], []
     for a in actions:
@@ -183,6 +183,35 @@ def test_no_look_ahead():
         assert torch.equal(rew_a[k], rew_b[k]), f"reward of step {k} depends on data after day {t}"
     assert not torch.equal(rew_a[t], rew_b[t]), "the step-t reward is marked at t+1 and must see the change"
     assert not torch.equal(obs_a[t + 1], obs_b[t + 1])
+
+
+@pytest.mark.parametrize("execution", ["next_close", "next_open"])
+def test_no_look_ahead_with_next_bar_fills_and_every_market_setting(execution):
+    """The same perturbation with opens, volume, a volume-based cost, a participation cap and a
+    margin account: observations of days 0..t are unchanged, and so are the trades decided on
+    days 0..t-1 (filled by day t); the trades decided on day t fill on day t+1 and may change."""
+    from finance import HalfSpread, Margin, SqrtImpact
+
+    close, features, turb = synthetic_market(T=50, S=5, seed=4)
+    rng = np.random.default_rng(3)
+    opens = close * rng.uniform(0.98, 1.02, close.shape)
+    volume = pd.DataFrame(rng.uniform(1e3, 1e4, close.shape), close.index, close.columns)
+    t = 20
+    moved = [x.copy() for x in (close, features, turb, opens, volume)]
+    for x in moved:
+        x.iloc[t + 1:] *= rng.uniform(0.5, 1.5, x.iloc[t + 1:].shape)
+    gen = torch.Generator().manual_seed(1)
+    actions = [random_actions(16, 5, gen) for _ in range(t + 5)]
+    kw = dict(execution=execution, costs=HalfSpread(1e-3) + SqrtImpact(eta=0.5, window=5), max_participation=0.01,
+              margin=Margin())
+    obs_a, _, tr_a = _run(close, features, turb, actions, open_prices=opens, volume=volume, **kw)
+    obs_b, _, tr_b = _run(*moved[:3], actions, open_prices=moved[3], volume=moved[4], **kw)
+    for k in range(t + 1):
+        assert torch.equal(obs_a[k], obs_b[k]), f"observation of day {k} saw data after day {t}"
+    for k in range(t):
+        assert torch.equal(tr_a[k], tr_b[k]), f"trades decided on day {k} depend on data after day {t}"
+    assert not torch.equal(tr_a[t], tr_b[t]), "day t's orders fill at day t+1's prices, within its volume"
+    assert any(bool((x < 0).any()) for x in tr_a) and any(bool((x > 0).any()) for x in tr_a)
 
 
 # ---------------------------------------------------------------------------- turbulence
@@ -341,6 +370,7 @@ def test_dates_must_be_strictly_increasing():
     (dict(max_trade_shares=0.5), r"max_trade_shares must be >= 1 \(an integer\), got 0.5"),
     (dict(max_trade_shares=0), r"max_trade_shares must be >= 1 \(an integer\), got 0"),
     (dict(max_trade_shares=True), r"max_trade_shares must be >= 1 \(an integer\), got True \(bool\)"),
+    (dict(max_trade_shares=10**40), r"max_trade_shares must be at most 2\*\*53 = 9007199254740992 .* got 1e\+40"),
     (dict(num_envs=2.5), r"num_envs must be >= 1 \(an integer\), got 2.5"),
     (dict(num_envs=np.bool_(True)), r"num_envs must be >= 1 \(an integer\)"),
     (dict(episode_length=2.5), r"episode_length must be in \[1, 19\] \(an integer\), got 2.5"),
@@ -374,3 +404,41 @@ def test_numpy_integer_sizes_are_accepted():
     _, rewards, *_ = env.step(torch.full((4, 3), 0.5))
     assert bool(torch.isfinite(rewards).all())
     assert env.evaluation_env(num_envs=np.int64(2)).num_envs == 2
+
+
+# ---------------------------------------------------------------------------- issue 22: probing
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_precision_actions_trade_as_float32(half):
+    """float16 overflowed at 65504 inside step (cash and holdings became NaN): now actions are
+    scaled in float32, so half actions trade what their float32 values ask for."""
+    close, features, _ = synthetic_market(T=20, S=3)
+    kw = dict(num_envs=4, initial_cash=1e12, max_trade_shares=10**6)
+    env, ref = StockTradingVecEnv(close, features, **kw), StockTradingVecEnv(close, features, **kw)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        a = random_actions(4, 3, gen).to(half)
+        _, r, _, _, info = env.step(a)
+        _, r32, _, _, info32 = ref.step(a.float())
+        assert torch.isfinite(info["cash"]).all() and torch.isfinite(info["holdings"]).all()
+        assert torch.equal(info["holdings"], info32["holdings"]) and torch.equal(r, r32)
+    assert bool((env.holdings.abs() > 65504).any()), "the test must trade beyond float16's range"
+
+
+def test_evaluation_env_keeps_the_market_model_or_changes_it():
+    from finance import Margin, Proportional, SqrtImpact
+
+    close, features, _ = synthetic_market(T=30, S=3)
+    volume = close * 0 + 1e4
+    env = StockTradingVecEnv(close, features, num_envs=8, open_prices=close * 1.01, volume=volume,
+                             execution="next_open", costs=Proportional(2e-3) + SqrtImpact(), max_participation=0.2,
+                             margin=Margin(initial=0.4), episode_length=10, random_start=True)
+    copy = env.evaluation_env()
+    for name in ("execution", "max_participation", "margin", "cost_pct", "max_trade_shares"):
+        assert getattr(copy, name) == getattr(env, name), name
+    assert repr(copy.costs) == repr(env.costs) and torch.equal(copy.costs.parts[1].sigma, env.costs.parts[1].sigma)
+    assert torch.equal(copy.open_prices, env.open_prices) and torch.equal(copy.volume, env.volume)
+    changed = env.evaluation_env(execution="close", cost_pct=0.0, margin=None, max_participation=None)
+    assert changed.execution == "close" and changed.cost_pct == 0.0 and changed.margin is None and changed.plain_market
+    assert not env.plain_market
+    with pytest.raises(ValueError, match=r"changes trading rules only .* got \['features'\]"):
+        env.evaluation_env(features=None)

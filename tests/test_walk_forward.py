@@ -268,3 +268,45 @@ def test_ppo_walk_forward_smoke():
     assert r.policies[0] is not r.policies[1]
     check_accounting(r)
     assert r.trades.abs().to_numpy().sum() > 0 and np.isfinite(r.metrics()["sharpe"])
+
+
+# ---------------------------------------------------------------------------- issue 22: market models
+def synthetic_ohlcv(T: int = 260, S: int = 3, seed: int = 1) -> pd.DataFrame:
+    close = synthetic_close(T, S, seed)
+    rng = np.random.default_rng(seed)
+    opens = close.shift(1).bfill() * np.exp(rng.normal(0, 0.01, close.shape))
+    fields = {"open": opens, "high": np.maximum(opens, close) * 1.01, "low": np.minimum(opens, close) * 0.99,
+              "close": close, "volume": close * 0 + rng.uniform(1e4, 1e5, close.shape)}
+    return pd.concat(fields, axis=1, names=["field", "ticker"])
+
+
+def test_next_open_fills_with_costs_across_windows():
+    """OHLCV prices: each test env (and each fit's training market) gets the opens and volume; the
+    stitched books follow the next-open identity through every boundary; the baseline trades under
+    the same rules."""
+    from finance import FixedPerTrade, HalfSpread
+
+    prices = synthetic_ohlcv()
+    seen = []
+
+    def fit(train):
+        seen.append(train.env("train", execution="next_open").open_prices is not None)
+        return RebalancePolicy(train.env("train"), min_variance_weights(train.close["train"]))
+
+    costs = HalfSpread(2e-3) + FixedPerTrade(1.0)
+    r = walk_forward(fit, prices, 120, 40, execution="next_open", costs=costs)
+    assert all(seen) and len(seen) == 2
+    pos, tr, c, v = r.positions.to_numpy(), r.trades.to_numpy(), r.costs.to_numpy(), r.account_value.to_numpy()
+    p = r.close.to_numpy()
+    o = prices["open"].loc[r.close.index].to_numpy()
+    held = np.vstack([np.zeros((1, p.shape[1])), pos[:-1]])  # before each bar's trades
+    np.testing.assert_allclose(pos, held + tr, atol=1e-9)
+    fill = o[1:]  # bar d's orders fill at bar d+1's open
+    change = (held[:-1] * (fill - p[:-1])).sum(1) + (pos[:-1] * (p[1:] - fill)).sum(1) - c[:-1]
+    np.testing.assert_allclose(np.diff(v), change, rtol=1e-10, atol=1e-6)
+    expected_costs = 1e-3 * (np.abs(tr[:-1]) * fill).sum(1) + (tr[:-1] != 0).sum(1) * 1.0
+    np.testing.assert_allclose(c[:-1], expected_costs, rtol=1e-10)
+    assert (r.windows["boundary_turnover"][1:] > 0).all()
+    base = r.baselines["equal_weight"]  # bought at the first open, paying the fees and the spread
+    bought = base.trades.iloc[0].to_numpy()
+    assert (bought > 0).all() and base.costs.iloc[0] == pytest.approx(1e-3 * bought @ o[1] + 3.0, rel=1e-12)

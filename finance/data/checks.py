@@ -104,3 +104,48 @@ def check_number(value: Any, name: str, error: type[Exception] = ValueError) -> 
     if not np.isfinite(value):
         raise error(f"{name} must be finite, got {value}")
     return float(value)
+
+
+def check_numeric(data: Any, what: str = "data") -> np.ndarray:
+    """``data`` (a DataFrame, Series or array) as a float64 array of the same shape, NaN kept, or a
+    ``DataError`` naming the columns that hold text, dates or other non-numbers and the fix.
+
+    pandas stores a column with one stray string (a "n/a" in a csv, a ticker read as a value) as
+    text; numpy's conversion then fails with "could not convert string to float" and no column
+    name. Booleans are refused too: True is not a price or a return.
+    """
+    if isinstance(data, pd.DataFrame):
+        bad = [(col, dtype) for col, dtype in data.dtypes.items() if not _is_number_dtype(dtype)]
+        if bad:
+            col, dtype = bad[0]
+            names = [str(c) for c, _ in bad][:8]
+            column = data.loc[:, [col]].iloc[:, 0]  # one column even when labels repeat
+            example = _first_non_number(column)
+            raise DataError(f"{what}: {len(bad)} column(s) hold non-numbers: {names} ({dtype}{example}); every column "
+                            f"must be numeric. Drop them (df.drop(columns={names})) or convert them "
+                            "(df[col] = pd.to_numeric(df[col], errors='coerce') turns text into NaN)")
+        return data.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(data, pd.Series):
+        if not _is_number_dtype(data.dtype):
+            raise DataError(f"{what}: holds non-numbers ({data.dtype}{_first_non_number(data)}); pass numbers, e.g. "
+                            "pd.to_numeric(series, errors='coerce') (text becomes NaN)")
+        return data.to_numpy(dtype=np.float64, na_value=np.nan)
+    values = np.asarray(data)
+    if values.dtype.kind not in "iuf":
+        sample = _first_non_number(values.ravel())
+        if values.dtype.kind == "b" or sample:
+            raise DataError(f"{what}: holds non-numbers ({values.dtype}{sample}); pass numbers, e.g. "
+                            "pd.to_numeric(x, errors='coerce') (text becomes NaN)")
+    return values.astype(np.float64)
+
+
+def _is_number_dtype(dtype: Any) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+
+def _first_non_number(values: Any) -> str:
+    """", e.g. 'n/a'" for the first value that is not a real number (bools count as not), or ""."""
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            return f", e.g. {v!r}"
+    return ""

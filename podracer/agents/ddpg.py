@@ -33,13 +33,14 @@ Our deviations and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from podracer.agents.common import ActionBounds, DeterministicActor, soft_update, target_net
-from podracer.agents.offpolicy import OffPolicyAgent, check_offpolicy_config, critic_loss, td_target
+from podracer.agents.offpolicy import (DeterministicPolicyAgent, check_offpolicy_config, critic_loss,
+                                       td_target)
 from podracer.agents.replay import Batch
 
 
@@ -113,9 +114,10 @@ def actor_loss(model: DDPGModel, obs: torch.Tensor) -> tuple[torch.Tensor, dict[
 
 
 # ---------------------------------------------------------------------------- agent
-class DDPG(OffPolicyAgent):
+class DDPG(DeterministicPolicyAgent):
     """DDPG for Box action spaces. See the module docstring for the algorithm; replay, warm-up,
-    collection and state come from ``OffPolicyAgent``."""
+    collection, state and the actor and critic parameter groups come from ``OffPolicyAgent``,
+    acting from ``DeterministicPolicyAgent``."""
 
     name: ClassVar[str] = "ddpg"
     config_cls: ClassVar[type] = DDPGConfig
@@ -124,12 +126,6 @@ class DDPG(OffPolicyAgent):
 
     def build_model(self) -> DDPGModel:
         return DDPGModel(self.obs_dim, self.config, self.bounds)
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        """Two named groups in one Adam; the fused kernel does the step in one launch."""
-        m, cfg = self.model, self.config
-        return [{"name": "actor", "params": m.actor.parameters(), "lr": cfg.actor_lr},
-                {"name": "critic", "params": m.critic.parameters(), "lr": cfg.critic_lr}]
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic and actor step (one backward, see the module docstring), then both targets."""
@@ -144,11 +140,3 @@ class DDPG(OffPolicyAgent):
         soft_update(m.actor_target, m.actor, cfg.tau)
         soft_update(m.critic_target, m.critic, cfg.tau)
         return info
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """mu(s), or with Gaussian exploration noise of scale ``exploration_noise`` (x the Box scale)."""
-        obs = obs.reshape(obs.shape[0], -1)
-        actor = self.model.actor
-        actions = actor(obs) if deterministic else actor.noisy(obs, self.config.exploration_noise, self.generator)
-        return actions.reshape(obs.shape[0], *self.action_space.shape)

@@ -101,7 +101,8 @@ class ReplayBuffer:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer; add transitions first")
         idx = torch.randint(0, self.size, (batch_size,), generator=self.generator, device=self.device)
-        return Batch(*(store[idx] for store in self._fields()))
+        # index_select: the same rows as store[idx], gathered several times faster on a CPU.
+        return Batch(*(store.index_select(0, idx) for store in self._fields()))
 
     def state_dict(self) -> dict[str, Any]:
         """The filled rows, oldest first, the count of transitions ever added, and the generator

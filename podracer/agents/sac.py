@@ -158,11 +158,9 @@ class SAC(OffPolicyAgent):
         return SACModel(self.obs_dim, cfg, self.bounds)
 
     def param_groups(self) -> list[dict[str, Any]]:
-        """Three named groups in one Adam; the fused kernel does the step in one launch."""
-        m, cfg = self.model, self.config
-        return [{"name": "actor", "params": m.actor.parameters(), "lr": cfg.actor_lr},
-                {"name": "critic", "params": m.critic.parameters(), "lr": cfg.critic_lr},
-                {"name": "alpha", "params": [m.log_alpha], "lr": cfg.alpha_lr}]
+        """Actor, critic and temperature: three named groups in one Adam."""
+        alpha = {"name": "alpha", "params": [self.model.log_alpha], "lr": self.config.alpha_lr}
+        return [*super().param_groups(), alpha]
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step on critics, actor and (with autotune) temperature, then the targets."""

@@ -33,13 +33,14 @@ Our deviations and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from podracer.agents.common import ActionBounds, DeterministicActor, QEnsemble, soft_update, target_net
-from podracer.agents.offpolicy import OffPolicyAgent, check_offpolicy_config, critic_loss, td_target
+from podracer.agents.offpolicy import (DeterministicPolicyAgent, check_offpolicy_config, critic_loss,
+                                       td_target)
 from podracer.agents.replay import Batch
 
 
@@ -89,12 +90,12 @@ class TD3Model(nn.Module):
 def smoothed_target_value(model: TD3Model, next_obs: torch.Tensor, cfg: TD3Config,
                           generator: torch.Generator) -> torch.Tensor:
     """V(s') = min_k Q'_k(s', a') at the smoothed target action a' (Fujimoto et al. sec. 5.3): (B,)."""
-    actions = model.actor_target(next_obs)
-    scale = model.actor.action_scale
-    noise = torch.randn(actions.shape, generator=generator, device=actions.device) * cfg.policy_noise * scale
-    noise = torch.maximum(torch.minimum(noise, cfg.noise_clip * scale), -cfg.noise_clip * scale)
-    low, high = model.actor.action_bias - scale, model.actor.action_bias + scale
-    actions = torch.maximum(torch.minimum(actions + noise, high), low)
+    actor = model.actor_target
+    actions = actor(next_obs)
+    # clip(eps, -c s, c s) with eps ~ N(0, (sigma s)^2) is s * clip(N(0, sigma^2), -c, c): s > 0.
+    noise = torch.randn(actions.shape, generator=generator, device=actions.device) * cfg.policy_noise
+    actions = actions + noise.clamp(-cfg.noise_clip, cfg.noise_clip) * actor.action_scale
+    actions = actions.clamp(actor.action_low, actor.action_high)
     return model.critic_target(next_obs, actions).min(dim=0).values
 
 
@@ -105,9 +106,10 @@ def actor_loss(model: TD3Model, obs: torch.Tensor) -> tuple[torch.Tensor, dict[s
 
 
 # ---------------------------------------------------------------------------- agent
-class TD3(OffPolicyAgent):
+class TD3(DeterministicPolicyAgent):
     """TD3 for Box action spaces. See the module docstring for the algorithm; replay, warm-up,
-    collection and state come from ``OffPolicyAgent``."""
+    collection, state and the actor and critic parameter groups come from ``OffPolicyAgent``,
+    acting from ``DeterministicPolicyAgent``."""
 
     name: ClassVar[str] = "td3"
     config_cls: ClassVar[type] = TD3Config
@@ -116,12 +118,6 @@ class TD3(OffPolicyAgent):
 
     def build_model(self) -> TD3Model:
         return TD3Model(self.obs_dim, self.config, self.bounds)
-
-    def param_groups(self) -> list[dict[str, Any]]:
-        """Two named groups in one Adam; the fused kernel does the step in one launch."""
-        m, cfg = self.model, self.config
-        return [{"name": "actor", "params": m.actor.parameters(), "lr": cfg.actor_lr},
-                {"name": "critic", "params": m.critic.parameters(), "lr": cfg.critic_lr}]
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic step; every ``policy_delay``-th update also one actor step and the targets."""
@@ -143,11 +139,3 @@ class TD3(OffPolicyAgent):
             soft_update(m.actor_target, m.actor, cfg.tau)
             soft_update(m.critic_target, m.critic, cfg.tau)
         return info
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """mu(s), or with Gaussian exploration noise of scale ``exploration_noise`` (x the Box scale)."""
-        obs = obs.reshape(obs.shape[0], -1)
-        actor = self.model.actor
-        actions = actor(obs) if deterministic else actor.noisy(obs, self.config.exploration_noise, self.generator)
-        return actions.reshape(obs.shape[0], *self.action_space.shape)

@@ -8,6 +8,7 @@ The interface, for anyone adding one::
         def start(self, spec: PodSpec) -> Handle   # run pod_main(spec) somewhere, return at once
         def poll(self, handle) -> int | None       # None while running, else an exit code
         def kill(self, handle) -> None             # stop now; the pod loses its current generation
+        def fault(self, handle) -> str | None      # an ended pod's death that is not its failure (its node lost)
         def join(self, handle, timeout) -> None    # wait for it to end (up to timeout seconds)
         def capacity(self) -> int                  # pods the resources hold now (for pods="auto")
         def close(self) -> None                    # release the backend's own resources
@@ -38,6 +39,8 @@ class Backend(Protocol):
 
     def kill(self, handle: Any) -> None: ...
 
+    def fault(self, handle: Any) -> str | None: ...
+
     def join(self, handle: Any, timeout: float | None = None) -> None: ...
 
     def capacity(self) -> int: ...
@@ -66,6 +69,10 @@ class LocalBackend:
         if handle.exitcode is None:
             handle.kill()
 
+    def fault(self, handle: mp.process.BaseProcess) -> None:
+        """None: a pod process on this machine has no node to lose apart from the driver's own."""
+        return None
+
     def join(self, handle: mp.process.BaseProcess, timeout: float | None = None) -> None:
         handle.join(timeout)
 
@@ -78,6 +85,20 @@ class LocalBackend:
 
 
 RAY_INSTALL = 'pip install "podracer-rl[cluster]"'
+
+
+SPAWNED_SCRIPT = (
+    "a pod process ran the tournament again: pods start with multiprocessing's spawn, which imports the script "
+    "that started the run once more (as __mp_main__), and this script runs a tournament when imported. Put the "
+    "code that runs it under `if __name__ == \"__main__\":`, e.g.\n\n"
+    "    if __name__ == \"__main__\":\n        board = tournament.run()\n")
+
+
+def check_not_spawning() -> None:
+    """Raise the fix when this process is a pod that spawn is starting, re-running the user's script
+    (its ``run()`` would find the driver's lock held and say only that)."""
+    if getattr(mp.current_process(), "_inheriting", False):  # set by spawn while it imports the main module
+        raise RuntimeError(SPAWNED_SCRIPT)
 
 
 def check_backend(name: str) -> None:

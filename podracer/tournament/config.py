@@ -31,7 +31,9 @@ __all__ = ["BACKENDS", "RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "a
 # Fields that may differ between two runs on the same store (resuming with a bigger budget or
 # more pods is fine); any other difference means a different experiment and is refused.
 RUN_FIELDS = ("pods", "generations", "entries", "time_budget", "threads_per_pod", "replace_failed", "max_failures",
-              "backend", "gpus_per_pod", "address")
+              "backend", "gpus_per_pod", "address", "max_pods", "connect_timeout_s", "placement_timeout_s",
+              "tensorboard", "storage_path", "storage_sync_s",
+              "storage_direct_bytes")
 BACKENDS = ("local", "ray")
 RAY_CLIENT_REFUSED = ("address={address!r} is a Ray Client address, which the ray backend does not support: the store "
                       "lives next to the driver, so run the script on a node of the cluster (ray job submit, or on the "
@@ -57,6 +59,7 @@ class TournamentConfig:
     # A pod whose latest entry is among the best keep_top of the board's front trains on from it
     # with its hyperparameters unchanged; the others copy a parent and mutate it (PBT's truncation
     # selection: only lagging members exploit and explore). 0: every generation selects and mutates.
+    # Used below the pod count (pod.keep_top: min(keep_top, pods - 1)), so that some pod always exploits.
     keep_top: int = 2
     # A pod also trains on from its latest entry when the board's best beats it by no more than
     # exploit_margin standard errors (PBT's t-test criterion); 0: off. The errors come from the
@@ -71,12 +74,30 @@ class TournamentConfig:
     resample_prob: float = 0.1  # PBT: chance a hparam is redrawn from its bounds instead
     eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
     replace_failed: bool = True  # start a new pod when one dies
-    max_failures: int = 5  # give up (raise) after this many pod deaths in one run
+    # Give up (raise) when one pod has failed more than this many times in a run, counted as Ray Tune counts
+    # a trial's: per pod slot (a pod and the replacements that took its place). A pod lost with its node
+    # (preempted, or never started there) is replaced but not counted.
+    max_failures: int = 5
+    # pods="auto": train at most this many pods; on a cluster with an autoscaler the backend asks it for
+    # the nodes they need (ray.autoscaler.sdk.request_resources). None: as many as the live nodes hold.
+    max_pods: int | None = None
+    connect_timeout_s: float = 60.0  # ray: seconds to reach the cluster at address= before a ConnectionError
+    # ray: seconds a pod that no node of the cluster can host may wait for one before the run fails;
+    # None: 60 without an autoscaler (no node will come), 900 with one (a new node takes minutes)
+    placement_timeout_s: float | None = None
+    tensorboard: bool = False  # TensorBoard event files per pod in the store's tb/pod-<id> (ray: on the head node)
     backend: str = "local"  # "local" (processes on this machine) or "ray" (Ray actors, one machine or a cluster)
     gpus_per_pod: float = 0.0  # ray: GPUs each pod asks Ray for, fractions allowed (0.25: four pods share one)
     address: str | None = None  # ray: cluster to join ("auto", "10.0.0.1:6379"); None: $RAY_ADDRESS or a local one
     make_env: dict[str, Any] | None = None  # import spec of the env factory, filled in by Tournament
     make_eval_env: dict[str, Any] | None = None
+    # URI the store is mirrored to, so that it outlives the driver's node (storage.py): a path, file://,
+    # s3:// (?endpoint_override=... for MinIO), gs://, or an fsspec protocol; None: the local store only
+    storage_path: str | None = None
+    storage_sync_s: float = 60.0  # seconds between syncs to storage_path (and one when the run ends)
+    # ray + storage_path: a pod writes a checkpoint of this many bytes or more to storage_path itself, and
+    # the head records only its row (benchmarks/board_throughput.py); smaller ones go through the head
+    storage_direct_bytes: int = 8 * 2**20
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -110,11 +131,23 @@ class TournamentConfig:
             raise ValueError(f"unknown backend {self.backend!r}; use one of {BACKENDS}")
         if self.gpus_per_pod < 0:
             raise ValueError(f"gpus_per_pod must be >= 0, got {self.gpus_per_pod}")
+        self._check_cluster_fields()
         if self.address is not None and str(self.address).startswith("ray://"):
             raise ValueError(RAY_CLIENT_REFUSED.format(address=self.address))
         if self.backend == "local" and (self.gpus_per_pod or self.address):
             raise ValueError(f"gpus_per_pod={self.gpus_per_pod} and address={self.address!r} are settings of "
                              f"backend='ray'; use backend='ray', or gpus_per_pod=0 and address=None with 'local'")
+
+    def _check_cluster_fields(self) -> None:
+        """max_pods, the Ray timeouts and tensorboard (numbers are numbers already: _check_numbers)."""
+        if self.max_pods is not None and (self.max_pods < 1 or self.pods != "auto"):
+            raise ValueError(f"max_pods={self.max_pods} bounds pods='auto' and must be >= 1; with pods={self.pods!r} "
+                             f"the run trains that many pods: drop max_pods, or use pods='auto'")
+        if self.connect_timeout_s <= 0 or (self.placement_timeout_s is not None and self.placement_timeout_s <= 0):
+            raise ValueError(f"connect_timeout_s and placement_timeout_s must be > 0 (placement_timeout_s=None: the "
+                             f"default), got {self.connect_timeout_s} and {self.placement_timeout_s}")
+        if not isinstance(self.tensorboard, bool):
+            raise ValueError(f"tensorboard must be True or False, got {self.tensorboard!r}")
 
     @property
     def budget(self) -> int | None:

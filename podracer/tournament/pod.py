@@ -15,6 +15,9 @@ over the store, the board refuses it (``TicketError``: the ticket was released) 
 A pod does not know which backend runs it: it talks to whatever ``spec.open_board()`` returns,
 the ``Leaderboard`` on a shared store (local backend) or a client with the same methods
 (``ray_backend.RemoteLeaderboard``, which reaches the store through an actor on the head node).
+Its metrics go the same way, to ``spec.open_reporter()``: TensorBoard files in the store
+(``tensorboard=True``), or what the backend gives (Ray metrics, and TensorBoard files written on
+the head node).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import threading
 import time
 import traceback
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -43,6 +47,7 @@ from podracer.tournament.config import TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
 from podracer.tournament.selection import mutate, mutation_scales, select_parent, superseded_removed
 
+TENSORBOARD_DIR = "tb"  # a store's TensorBoard logs: tb/pod-<id>, one run per pod (tensorboard --logdir store/tb)
 WATCHDOG_INTERVAL_S = 0.5  # how often a pod checks that its driver is alive
 FIRST_TICKET = 1  # the store's first ticket id (SQLite AUTOINCREMENT): its fresh agent keeps the configured hparams
 ORPHAN_EXIT_CODE = 75  # the exit code of a pod whose driver is gone (EX_TEMPFAIL: its generation is lost)
@@ -60,11 +65,45 @@ class PodSpec:
     threads: int = 1  # torch intra-op threads: this pod's share of the CPU
     parent_pid: int | None = None  # the driver's pid (local backend): an orphaned pod stops
     board: Callable[[], Any] | None = None  # opens the pod's leaderboard (set by the backend); None: Leaderboard(store)
+    reporter: Callable[[], Any] | None = None  # opens the pod's metrics sink (set by the backend); see open_reporter
 
     def open_board(self) -> Any:
         """The leaderboard this pod claims from and submits to: ``claim``, ``top``, ``load_agent``,
         ``submit``, ``set_pod`` and ``release_tickets`` behave as ``Leaderboard``'s."""
         return Leaderboard(self.store) if self.board is None else self.board()
+
+    def open_reporter(self) -> Any:
+        """Where this pod's metrics go after each generation (``report(scalars)``, ``close()``): the
+        backend's reporter if it set one, else TensorBoard files in the store with
+        ``config.tensorboard``, else None."""
+        if self.reporter is not None:
+            return self.reporter()
+        if self.config.tensorboard:
+            return TensorBoardLog(Path(self.store) / TENSORBOARD_DIR / f"pod-{self.pod_id}")
+        return None
+
+
+Scalar = tuple[str, float, int]  # (TensorBoard tag, value, step)
+
+
+class TensorBoardLog:
+    """A pod's TensorBoard event files in ``log_dir``: every training row of its generations and,
+    per generation, its result (``tournament/score``, ...) and hyperparameters (``hp/...``). The
+    steps are the pod's own env steps, so each pod's curves run forward even when it switches
+    lineage (an entry's ``env_steps`` counts along its lineage instead)."""
+
+    def __init__(self, log_dir: str | Path):
+        from torch.utils.tensorboard import SummaryWriter  # slow to import: only when asked for
+
+        self.writer = SummaryWriter(str(log_dir))
+
+    def report(self, scalars: list[Scalar]) -> None:
+        for tag, value, step in scalars:
+            self.writer.add_scalar(tag, value, step)
+        self.writer.flush()  # a pod can be killed at any time: what was reported is on disk
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class Pod:
@@ -75,6 +114,8 @@ class Pod:
         self.env = spec.make_env()
         self.eval_env = spec.make_eval_env()
         self.last: Entry | None = None  # this pod's latest submission (see ``keep_top``)
+        self.reporter = spec.open_reporter()
+        self.steps = 0  # env steps this pod trained, over all its generations: its metrics' x axis
 
     def start_agent(self, rng: random.Random, seed: int, ticket: int = FIRST_TICKET
                     ) -> tuple[Any, Entry | None, dict[str, Any], dict[str, list]]:
@@ -127,7 +168,7 @@ class Pod:
         if last is None or last.id in unusable:
             return None
         front = sorted(superseded_removed(candidates), key=lambda e: (-e.score, e.id))
-        if last.id in {e.id for e in front[:cfg.keep_top]}:
+        if last.id in {e.id for e in front[:keep_top(cfg)]}:
             return last
         superseded = last.id in {e.id for e in candidates} - {e.id for e in front}  # a descendant beat it
         if cfg.exploit_margin > 0 and front and not superseded:
@@ -146,8 +187,11 @@ class Pod:
         rng = random.Random(seed)
         agent, parent, hparams, changes = self.start_agent(rng, seed, ticket)
         first, steps = int(getattr(agent, "global_step", 0)), 0
+        scalars: list[Scalar] = []
         for row in iterate_training(agent, self.env, self.config.generation_steps, seed=seed):
             steps = int(row["global_step"]) - first  # this generation's; may overshoot by part of one train_step
+            scalars += [(k, v, self.steps + steps) for k, v in row.items() if k != "global_step"]
+        train_s = time.perf_counter() - start
         result = evaluate(agent, self.eval_env, seed=self.config.eval_seed)
         self.last = self.board.submit(
             agent, result["eval/return_mean"], score_std=result["eval/return_std"], ticket=ticket,
@@ -155,23 +199,60 @@ class Pod:
             pod=self.spec.pod_id, agent_name=self.config.agent, hparams=hparams, changes=changes,
             env_steps=(parent.env_steps if parent else 0) + steps,
             wall_time=time.perf_counter() - start)
+        self.steps += steps
+        self.report(scalars + generation_scalars(self.last, steps, train_s, self.steps))
         return self.last
+
+    def report(self, scalars: list[Scalar]) -> None:
+        """Hand the generation's metrics to the reporter; a failure to log never stops training."""
+        if self.reporter is None:
+            return
+        try:
+            self.reporter.report(scalars)
+        except Exception as e:
+            warnings.warn(f"pod {self.spec.pod_id}: its metrics were not logged ({type(e).__name__}: {e})",
+                          RuntimeWarning, stacklevel=2)
 
     def run(self) -> int:
         """Generations until the budget is spent, a stop is requested, the driver is gone, or the
         board refuses a result because its ticket was released (a new driver took over)."""
         done = 0
-        while self.spec.parent_pid is None or os.getppid() == self.spec.parent_pid:
-            ticket = self.board.claim(self.spec.pod_id)
-            if ticket is None:
-                break
-            try:
-                self.run_generation(ticket)
-            except TicketError as e:
-                warnings.warn(f"pod {self.spec.pod_id} stops: {e}", RuntimeWarning, stacklevel=2)
-                break
-            done += 1
+        try:
+            while self.spec.parent_pid is None or os.getppid() == self.spec.parent_pid:
+                ticket = self.board.claim(self.spec.pod_id)
+                if ticket is None:
+                    break
+                try:
+                    self.run_generation(ticket)
+                except TicketError as e:
+                    warnings.warn(f"pod {self.spec.pod_id} stops: {e}", RuntimeWarning, stacklevel=2)
+                    break
+                done += 1
+        finally:
+            if self.reporter is not None:
+                self.reporter.close()
         return done
+
+
+def keep_top(config: TournamentConfig) -> int:
+    """``config.keep_top``, below the pod count: with as many pods as ``keep_top`` or fewer, every
+    pod's latest entry would rank in the top ``keep_top`` and no pod would ever exploit a better one
+    (with ``pods="auto"`` the count is not known ahead: as configured)."""
+    if config.pods == "auto":
+        return config.keep_top
+    return min(config.keep_top, config.pods - 1)
+
+
+def generation_scalars(entry: Entry, steps: int, train_s: float, pod_steps: int) -> list[Scalar]:
+    """One generation's result as metrics at the pod's step count ``pod_steps``: ``tournament/...``
+    (the names reporters look up) and the entry's hyperparameters as ``hp/<name>``."""
+    values = {"tournament/score": entry.score, "tournament/generation": entry.generation,
+              "tournament/env_steps": entry.env_steps, "tournament/steps": steps,
+              "tournament/steps_per_second": steps / max(train_s, 1e-9), "tournament/wall_time": entry.wall_time,
+              **{f"hp/{k}": v for k, v in entry.hparams.items() if isinstance(v, (int, float))}}
+    if entry.score_std is not None:
+        values["tournament/score_std"] = entry.score_std
+    return [(tag, float(value), pod_steps) for tag, value in values.items()]
 
 
 def watch_driver(spec: PodSpec, interval_s: float = WATCHDOG_INTERVAL_S) -> threading.Thread | None:

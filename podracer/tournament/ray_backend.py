@@ -18,18 +18,39 @@ parent travels back as its file's bytes, which the pod verifies against the entr
 before loading: a damaged one is flagged corrupt, a missing one only skipped, as locally.
 
 Ray does the scheduling: each pod asks for ``num_cpus`` (its torch threads) and ``gpus_per_pod``
-(fractions allowed) and pods are spread over nodes. A pod actor that dies (``ray.kill``, a crash,
-its node lost) reports ``POD_LOST_EXIT_CODE``; the driver releases its ticket and starts a
-replacement, which Ray places on a live node: the board loses at most that generation. With
-``pods="auto"`` the driver asks ``capacity()`` (pods the live nodes hold) every few seconds and
-follows it. A pod no node can host would wait silently in Ray: it is reported when the backend
-starts. A pod that fails before ``pod_main`` runs (its spec cannot be unpickled: the workers lack
-the user's module) gets Ray's error, with the fix, in the pods table. Each pod records its node.
+(fractions allowed) and pods are spread over nodes. A pod actor that dies reports
+``POD_LOST_EXIT_CODE``, and the driver releases its ticket and starts a replacement: the board
+loses at most that generation. Why it died decides whether it counts against ``max_failures``:
+the GCS's record of the dead actor says (``classify_death``). A pod lost with its node (killed,
+preempted, drained) or placed on a node that died before it started is not the pod's failure
+(``RayBackend.fault``); a crash, ``ray.kill`` or an error is. While Ray does not know yet (a node
+whose raylet was SIGKILLed looks alive until its health checks fail) the verdict waits, so the
+replacement is not placed on the dying node; nodes that just lost pods are also avoided for
+``COOL_DOWN_S`` (soft anti-affinity on the ``ray.io/node-id`` label). The cause lands in the
+pods table's ``error``.
+
+The server has ``max_restarts=-1``: killed, it is back in seconds on the head node, and the
+pods' calls are retried with backoff meanwhile (``RemoteLeaderboard._call``). A call whose answer
+was lost may have run: a retried ``claim`` first looks for the ticket the pod holds, a retried
+``submit`` for the entry of its ticket, so nothing is claimed or submitted twice.
+
+With ``pods="auto"`` the driver asks ``capacity()`` (pods the live nodes hold) every few seconds
+and follows it; with ``max_pods`` the autoscaler, if any, is asked for nodes for that many pods
+(``request_pods``). A pod no node can host is reported at once, and is an error after
+``placement_timeout_s`` (``PlacementWatch``). A pod that fails before ``pod_main`` runs (its spec
+cannot be unpickled: the workers lack the user's module) gets Ray's error, with the fix, in the
+pods table. Each pod records its node.
+
+Metrics: each pod sets Ray metrics (``RayReporter``: ``podracer_pod_*`` gauges and counters,
+tagged with the pod and store, in Prometheus through each node's metrics agent) and, with
+``tensorboard=True``, sends its scalars to the server, which writes them in the store's
+``tb/pod-<id>`` on the head node.
 
 Which Ray: one already initialised in this process is used as it is; else ``config.address`` or
 ``$RAY_ADDRESS`` is joined; else a local instance is started (``start_local_ray``: dashboard off,
-quiet logs; a notebook calls it to start one Ray for several tournaments). The backend shuts down
-only what it started. The driver must run on a node of the cluster (the store
+quiet logs; a notebook calls it to start one Ray for several tournaments). An address that
+does not answer fails after ``connect_timeout_s`` (``wait_for_cluster``) instead of Ray's
+endless retries. The backend shuts down only what it started. The driver must run on a node of the cluster (the store
 lives next to it): a Ray Client address (``ray://``) is refused.
 """
 
@@ -38,25 +59,38 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import os
 import signal
+import socket
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy, NotIn
 
 from podracer import checkpoints
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
 from podracer.tournament.config import RAY_CLIENT_REFUSED, TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard
-from podracer.tournament.pod import PodSpec, pod_main
+from podracer.tournament.pod import TENSORBOARD_DIR, PodSpec, Scalar, TensorBoardLog, pod_main
+from podracer.tournament.storage import DirectCheckpoints
 
 POD_LOST_EXIT_CODE = -signal.SIGKILL  # a pod actor whose process is gone: reported like a SIGKILLed local pod
 POD_ERROR_EXIT_CODE = 1  # pod_main raised; its traceback is in the board's pods table
 SERVER_START_TIMEOUT_S = 120.0  # the leaderboard actor must be up by then (a busy machine takes ~10 s)
+SERVER_RETRY_S = 120.0  # a pod's call waits this long for a restarting server (back in ~3 s) before failing
+RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0  # the backoff between retries: doubling from the first to the max
+DEATH_VERDICT_S = 120.0  # a pod's actor is gone but Ray does not say why: a failure once this has passed
+WORKER_DEATH_CONFIRM_S = 5.0  # a worker that died on a live node: wait this long to see whether its node goes too
+COOL_DOWN_S = 60.0  # a node that just lost a pod is avoided this long when placing new ones
+PLACEMENT_CHECK_S = 5.0  # how often a run whose pods no node can host checks again
+PLACEMENT_TIMEOUT_S = {False: 60.0, True: 900.0}  # placement_timeout_s=None, without / with an autoscaler
+NODE_ID_LABEL = "ray.io/node-id"  # every Ray node carries its id as this label
+NODE_LOST, NEVER_STARTED = "node lost", "never started"  # RayBackend.fault: deaths that are not the pod's failure
 
 
 # ---------------------------------------------------------------------------- checkpoints as bytes
@@ -76,9 +110,31 @@ class LeaderboardServer:
 
     def __init__(self, store: str):
         self.board = Leaderboard(store)
+        self.tensorboard: dict[int, Any] = {}  # pod id -> its TensorBoardLog, opened at its first report
 
     def ping(self) -> str:
         return str(self.board.store)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def ticket_of(self, pod: int) -> int | None:
+        """The ticket ``pod`` holds, if any (a pod holds one at a time): the result of a ``claim``
+        whose answer was lost."""
+        tickets = self.board.tickets()
+        held = tickets.index[tickets["pod"] == pod]
+        return int(held[-1]) if len(held) else None
+
+    def entry_of(self, ticket: int, pod: int | None) -> Entry | None:
+        """The entry that consumed ``ticket`` for ``pod``, if any: the result of a ``submit`` whose
+        answer was lost (scanned: only after a server restart)."""
+        return next((e for e in self.board.entries() if e.ticket == ticket and e.pod == pod), None)
+
+    def log_scalars(self, pod: int, scalars: list[Scalar]) -> None:
+        """Write a pod's metrics to TensorBoard files in the store (``tb/pod-<id>``, on this node)."""
+        if pod not in self.tensorboard:
+            self.tensorboard[pod] = TensorBoardLog(self.board.store / TENSORBOARD_DIR / f"pod-{pod}")
+        self.tensorboard[pod].report(scalars)
 
     def claim(self, pod: int) -> int | None:
         return self.board.claim(pod)
@@ -90,12 +146,15 @@ class LeaderboardServer:
         return self.board.get(entry_id)
 
     def checkpoint_bytes(self, entry_id: int) -> bytes:
-        """The stored file's bytes, unchecked: the pod verifies them on arrival."""
-        path = self.board.store / self.board.get(entry_id).checkpoint
-        try:
-            return path.read_bytes()
-        except OSError as e:
-            raise CheckpointMissingError(f"cannot read checkpoint {path} on the head node: {e}") from e
+        """The stored file's bytes (the head's store, else its storage), unchecked: the pod verifies them on arrival."""
+        return self.board.checkpoint_bytes(entry_id)
+
+    def record(self, checkpoint: str, checksum: str, size: int, score: float, **fields: Any) -> Entry:
+        """The row of a checkpoint the pod wrote to storage itself (``storage.DirectCheckpoints``)."""
+        return self.board.record(checkpoint, checksum, size, score, **fields)
+
+    def direct_checkpoints(self) -> DirectCheckpoints:
+        return self.board.direct_checkpoints()
 
     def submit(self, data: bytes, checksum: str, score: float, **fields: Any) -> Entry:
         ckpt = verified_checkpoint(data, checksum, f"from pod {fields.get('pod')} (ticket {fields.get('ticket')})")
@@ -118,17 +177,44 @@ class RemoteLeaderboard:
 
     def __init__(self, server: Any):
         self.server = server
+        self.direct: DirectCheckpoints | None = None  # asked of the server at the first checkpoint
 
     def __repr__(self) -> str:
         return f"RemoteLeaderboard({self.server!r})"
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on the server. While the server restarts (killed, or its worker crashed: Ray
+        restarts it on the head node in seconds) the call is retried with backoff for up to
+        ``SERVER_RETRY_S``. A call whose answer was lost may have run: a retry first looks up its
+        result (``_lost_answer``), so a claim or a submission never happens twice."""
+        delay, deadline, retried = RETRY_FIRST_S, time.monotonic() + SERVER_RETRY_S, False
+        while True:
+            try:
+                found = self._lost_answer(method, args, kwargs) if retried else None
+                return found if found is not None else self._call_once(method, *args, **kwargs)
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError) as e:
+                if time.monotonic() + delay > deadline:
+                    raise ConnectionError(f"the leaderboard server (the actor that serves the store on the head node) "
+                                          f"did not answer {method!r} for {SERVER_RETRY_S:.0f} s: {e}") from e
+            time.sleep(delay)
+            delay, retried = min(2 * delay, RETRY_MAX_S), True
+
+    def _call_once(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return ray.get(getattr(self.server, method).remote(*args, **kwargs))
         except ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, Exception):
                 raise e.cause from e  # the board's own exception, with the server's traceback chained
             raise
+
+    def _lost_answer(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """The result of an earlier attempt of a call that changes the board, if it ran: the ticket a
+        ``claim`` took, the entry a ``submit`` (or ``record``) made with its ticket; None: run it."""
+        if method == "claim":
+            return self._call_once("ticket_of", args[0])
+        if method in ("submit", "record") and kwargs.get("ticket") is not None:
+            return self._call_once("entry_of", kwargs["ticket"], kwargs.get("pod"))
+        return None
 
     def claim(self, pod: int) -> int | None:
         return self._call("claim", pod)
@@ -143,13 +229,22 @@ class RemoteLeaderboard:
         """As ``Leaderboard.submit``; the checkpoint goes to the server as bytes with their sha256."""
         ckpt = agent if isinstance(agent, dict) else agent.checkpoint()
         data, checksum = checkpoint_bytes(ckpt)
+        rel = self._direct().write(data, fields.get("generation", 0), fields.get("pod", 0))
+        if rel is not None:  # a big one, written to storage by this pod: the head only records its row
+            fields["agent_name"] = fields.get("agent_name") or ckpt["agent"]
+            return self._call("record", rel, checksum, len(data), score, **fields)
         return self._call("submit", data, checksum, score, **fields)
+
+    def _direct(self) -> DirectCheckpoints:
+        if self.direct is None:
+            self.direct = self._call("direct_checkpoints")
+        return self.direct
 
     def load_checkpoint(self, entry: Entry | int, device: str = "cpu") -> dict[str, Any]:
         """As ``Leaderboard.load_checkpoint``: damaged bytes flag the entry corrupt, missing ones do not."""
         entry = entry if isinstance(entry, Entry) else self.get(entry)
         try:
-            data = self._call("checkpoint_bytes", entry.id)
+            data = self._direct().read(entry.checkpoint) or self._call("checkpoint_bytes", entry.id)
             return verified_checkpoint(data, entry.checksum, f"{entry.checkpoint} (entry {entry.id})", device)
         except CheckpointMissingError as e:
             warnings.warn(f"leaderboard entry {entry.id} skipped: {e} (missing, not flagged corrupt: it is used "
@@ -176,6 +271,45 @@ class RemoteLeaderboard:
     def release_tickets(self, pod: int | None = None) -> int:
         return self._call("release_tickets", pod)
 
+    def log_scalars(self, pod: int, scalars: list[Scalar]) -> None:
+        self._call("log_scalars", pod, scalars)
+
+
+class RayReporter:
+    """A pod's metrics under Ray (``PodSpec.reporter``): Ray metrics, which each node's metrics agent
+    exports to Prometheus (the dashboard's Metrics view, ``ray_podracer_pod_...``), tagged with the
+    pod and the store; and with ``tensorboard`` the scalars, sent to the server, which writes them
+    in the store on the head node (a pod's node may not share the store's disk)."""
+
+    GAUGES = {"score": "validation score of the pod's latest entry",
+              "steps_per_second": "env steps per second of training in the pod's latest generation",
+              "generation": "lineage depth of the pod's latest entry (0: a fresh agent)"}
+
+    def __init__(self, server: Any, pod_id: int, store: str, tensorboard: bool):
+        from ray.util.metrics import Counter, Gauge
+
+        keys = ("pod", "store")
+        self.tags = {"pod": str(pod_id), "store": store}
+        self.gauges = {name: Gauge(f"podracer_pod_{name}", description=text, tag_keys=keys)
+                       for name, text in self.GAUGES.items()}
+        self.generations = Counter("podracer_pod_generations", description="generations submitted", tag_keys=keys)
+        self.env_steps = Counter("podracer_pod_env_steps", description="env steps trained", tag_keys=keys)
+        self.pod_id = pod_id
+        self.board = RemoteLeaderboard(server) if tensorboard else None
+
+    def report(self, scalars: list[Scalar]) -> None:
+        latest = {tag: value for tag, value, _ in scalars}
+        for name, gauge in self.gauges.items():
+            gauge.set(latest[f"tournament/{name}"], tags=self.tags)
+        self.generations.inc(1.0, tags=self.tags)
+        if latest["tournament/steps"] > 0:
+            self.env_steps.inc(latest["tournament/steps"], tags=self.tags)
+        if self.board is not None:
+            self.board.log_scalars(self.pod_id, scalars)
+
+    def close(self) -> None:
+        """Nothing to close: the metrics agent and the server hold what was reported."""
+
 
 # ---------------------------------------------------------------------------- pods
 class PodActor:
@@ -194,11 +328,18 @@ class RayPod:
     done: Any  # ray.ObjectRef of actor.run(spec)
     pod_id: int
     exitcode: int | None = None
+    lost_at: float | None = None  # time.monotonic() when its actor was found gone: the verdict is pending
+    fault: str | None = None  # NODE_LOST or NEVER_STARTED when its death is not its own failure
 
 
 def pod_actor_name(store: str | Path, pod_id: int) -> str:
     """The Ray name of pod ``pod_id``'s actor (``ray.get_actor(name)`` in the driver's job)."""
     return f"podracer-pod-{pod_id}@{Path(store).resolve()}"
+
+
+def server_actor_name(store: str | Path) -> str:
+    """The Ray name of the store's ``LeaderboardServer`` actor (``ray.get_actor(name)`` in the driver's job)."""
+    return f"podracer-board@{Path(store).resolve()}"
 
 
 class RayBackend:
@@ -209,38 +350,79 @@ class RayBackend:
         self.started_ray = connect(config)
         self.pods: list[RayPod] = []
         self.server: Any = None
+        self.requested = False  # request_pods asked the autoscaler for nodes: withdrawn by close()
+        self.cooling: dict[str, float] = {}  # node id -> when it last lost a pod (COOL_DOWN_S)
         self.local_board = Leaderboard(self.store)  # the driver's own view of the store, for pod errors
         try:
             here = ray.get_runtime_context().get_node_id()  # the store is on this node's disk
             self.server = ray.remote(LeaderboardServer).options(
                 num_cpus=0, max_restarts=-1, max_concurrency=8,  # a Leaderboard call opens its own connection
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+                name=server_actor_name(self.store),
             ).remote(str(self.store))
             ray.get(self.server.ping.remote(), timeout=SERVER_START_TIMEOUT_S)
             self.threads = pod_threads(config)
-            warn_if_infeasible(self.threads, config.gpus_per_pod)
+            self.placement = PlacementWatch(self.threads, config.gpus_per_pod, config.placement_timeout_s)
+            self.placement.check()  # a pod no node can host: said now, with the wait
+            self.requested = request_pods(config, self.threads)
         except BaseException:
             self.close()
             raise
         self.board = functools.partial(RemoteLeaderboard, self.server)
 
     def start(self, spec: PodSpec) -> RayPod:
-        spec = dataclasses.replace(spec, board=self.board, threads=self.threads, parent_pid=None)
+        spec = dataclasses.replace(spec, board=self.board, threads=self.threads, parent_pid=None,
+                                   reporter=functools.partial(RayReporter, self.server, spec.pod_id, str(self.store),
+                                                              self.config.tensorboard))
         actor = ray.remote(PodActor).options(
-            num_cpus=self.threads, num_gpus=self.config.gpus_per_pod, scheduling_strategy="SPREAD",
+            num_cpus=self.threads, num_gpus=self.config.gpus_per_pod, scheduling_strategy=self._placement(),
             max_restarts=0, name=pod_actor_name(self.store, spec.pod_id),  # the driver replaces dead pods itself
         ).remote()
         handle = RayPod(actor, actor.run.remote(spec), spec.pod_id)
         self.pods.append(handle)
         return handle
 
+    def _placement(self) -> Any:
+        """Spread over the nodes, preferring those that lost no pod in the last ``COOL_DOWN_S``: a node
+        whose raylet just died still looks alive to the GCS for seconds, and a pod placed there
+        would die unstarted. Soft: a cooling node is still used when no other one has room."""
+        now = time.monotonic()
+        self.cooling = {node: t for node, t in self.cooling.items() if now - t < COOL_DOWN_S}
+        if not self.cooling:
+            return "SPREAD"
+        return NodeLabelSchedulingStrategy(hard={}, soft={NODE_ID_LABEL: NotIn(*self.cooling)})
+
     def poll(self, handle: RayPod) -> int | None:
-        if handle.exitcode is None and ray.wait([handle.done], timeout=0)[0]:
-            handle.exitcode, error = _outcome(handle.done)
-            if error and not self.local_board.pod_error(handle.pod_id):  # pod_main records its own errors
-                self.local_board.set_pod(handle.pod_id, error=error)  # this one came before: unpickling the spec
+        """None while the pod runs (or Ray has not yet said why its actor is gone), else its exit code."""
+        if handle.exitcode is not None:
+            return handle.exitcode
+        self.placement.check()  # raises once pods have waited too long for a node that can host them
+        if handle.lost_at is None:
+            if not ray.wait([handle.done], timeout=0)[0]:
+                return None
+            code, error = _outcome(handle.done)
+            if code != POD_LOST_EXIT_CODE:
+                return self._ended(handle, code, error)
+            handle.lost_at = time.monotonic()
+        death = classify_death(actor_record(handle.actor), live_nodes(), draining_nodes())
+        if death.wait_s > time.monotonic() - handle.lost_at:
+            return None  # Ray may yet find its node dead: decide then, and place no replacement there meanwhile
+        handle.fault = death.fault
+        if death.node:
+            self.cooling[death.node] = time.monotonic()
+        return self._ended(handle, POD_LOST_EXIT_CODE, death.message)
+
+    def _ended(self, handle: RayPod, code: int, error: str | None) -> int:
+        handle.exitcode = code
+        if error and not self.local_board.pod_error(handle.pod_id):  # pod_main records its own errors
+            self.local_board.set_pod(handle.pod_id, error=error)  # these came before it, or from Ray: why it died
+        with contextlib.suppress(Exception):  # gone already
             ray.kill(handle.actor)  # a finished pod's worker would hold its CPUs until its driver exits
-        return handle.exitcode
+        return code
+
+    def fault(self, handle: RayPod) -> str | None:
+        """Why an ended pod's death is not its own failure (``NODE_LOST``, ``NEVER_STARTED``), or None."""
+        return handle.fault
 
     def kill(self, handle: RayPod) -> None:
         ray.kill(handle.actor, no_restart=True)
@@ -251,11 +433,15 @@ class RayBackend:
     def capacity(self) -> int:
         """Pods the cluster's live nodes hold now, each asking for ``threads`` CPUs and
         ``gpus_per_pod`` GPUs on one node (at least one: a pod that waits for a node to join)."""
-        return max(1, sum(pods_on_node(n["Resources"], self.threads, self.config.gpus_per_pod)
-                          for n in ray.nodes() if n["Alive"]))
+        return cluster_capacity(self.threads, self.config.gpus_per_pod)
 
     def close(self) -> None:
-        """Kill the actors this backend started; shut down Ray only if this backend started it."""
+        """Kill the actors this backend started, withdraw its request to the autoscaler; shut down
+        Ray only if this backend started it."""
+        if self.requested and ray.is_initialized():
+            with contextlib.suppress(Exception):  # best effort: the cluster may be gone
+                request_resources(bundles=[])  # the nodes asked for may be scaled down again
+            self.requested = False
         if ray.is_initialized():
             for actor in [p.actor for p in self.pods] + ([self.server] if self.server is not None else []):
                 with contextlib.suppress(Exception):  # gone already
@@ -276,6 +462,7 @@ def connect(config: TournamentConfig) -> bool:
     if address is not None and address.startswith("ray://"):
         raise ValueError(RAY_CLIENT_REFUSED.format(address=address))
     if address is not None:
+        address = wait_for_cluster(address, config.connect_timeout_s)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     else:  # to use a `ray start` cluster on this machine instead, pass address="auto"
         pods = 1 if config.pods == "auto" else config.pods  # "auto": as many pods as this machine's CPUs
@@ -315,6 +502,11 @@ def pod_threads(config: TournamentConfig) -> int:
     return max(1, int(min(max(cpus, default=1), ray.cluster_resources().get("CPU", 1) // config.pods)))
 
 
+def cluster_capacity(threads: int, gpus: float) -> int:
+    """Pods asking for ``threads`` CPUs and ``gpus`` GPUs each that the live nodes hold (at least one)."""
+    return max(1, sum(pods_on_node(n["Resources"], threads, gpus) for n in ray.nodes() if n["Alive"]))
+
+
 def pods_on_node(resources: dict[str, float], threads: int, gpus: float) -> int:
     """How many pods asking for ``threads`` CPUs and ``gpus`` GPUs fit on a node with ``resources``."""
     fits = int(resources.get("CPU", 0) // threads)
@@ -323,16 +515,191 @@ def pods_on_node(resources: dict[str, float], threads: int, gpus: float) -> int:
     return fits
 
 
-def warn_if_infeasible(threads: int, gpus: float) -> None:
-    """Ray keeps an actor that no node can host pending, silently: say so now, with the fix."""
-    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-    if any(pods_on_node(r, threads, gpus) for r in nodes):
-        return
-    largest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
-    warnings.warn(f"no node of the Ray cluster can host a pod now: each asks for {threads} CPU(s)"
-                  + (f" and {gpus} GPU(s)" if gpus else "") + f"; the largest node has {largest.get('CPU', 0):g} "
-                  f"CPU(s) and {largest.get('GPU', 0):g} GPU(s). Pods wait until such a node joins (an autoscaler "
-                  f"adds one); else lower threads_per_pod or gpus_per_pod", RuntimeWarning, stacklevel=4)
+# ---------------------------------------------------------------------------- placement and the autoscaler
+class PlacementWatch:
+    """Ray keeps an actor that no live node can host pending, silently and forever. Say so at once,
+    with the wait, and fail the run once pods have waited ``timeout_s`` for such a node (None: 60 s
+    without an autoscaler, where none will come unless someone starts it; 900 s with one, where a
+    new node takes minutes). ``check`` is cheap: it looks at the nodes every ``PLACEMENT_CHECK_S``."""
+
+    def __init__(self, threads: int, gpus: float, timeout_s: float | None):
+        self.threads, self.gpus, self.timeout_s = threads, gpus, timeout_s
+        self.since: float | None = None  # when no node could host a pod, since the last time one could
+        self.checked = -float("inf")
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self.checked < PLACEMENT_CHECK_S:
+            return
+        self.checked = now
+        nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        if any(pods_on_node(r, self.threads, self.gpus) for r in nodes):
+            self.since = None
+            return
+        if self.since is None:
+            self.since = now
+            autoscaler = autoscaler_present()
+            self.limit = self.timeout_s if self.timeout_s is not None else PLACEMENT_TIMEOUT_S[autoscaler]
+            wait = ("the autoscaler is asked for one (pending actors); pods wait for it" if autoscaler else
+                    "this cluster has no autoscaler: pods wait for one to be started (ray start --address ...)")
+            warnings.warn(f"{self._unhostable(nodes)}. {wait} for up to {self.limit:g} s (placement_timeout_s), "
+                          f"then the run fails; else lower threads_per_pod or gpus_per_pod", RuntimeWarning,
+                          stacklevel=2)
+        elif now - self.since > self.limit:
+            raise RuntimeError(f"{self._unhostable(nodes)}, and none joined within placement_timeout_s="
+                               f"{self.limit:g} s: lower threads_per_pod or gpus_per_pod, add such a node, or raise "
+                               f"placement_timeout_s")
+
+    def _unhostable(self, nodes: list[dict[str, float]]) -> str:
+        largest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
+        return (f"no node of the Ray cluster can host a pod now: each asks for {self.threads} CPU(s)"
+                + (f" and {self.gpus:g} GPU(s)" if self.gpus else "") + f"; the largest node has "
+                f"{largest.get('CPU', 0):g} CPU(s) and {largest.get('GPU', 0):g} GPU(s)")
+
+
+def autoscaler_present() -> bool:
+    """Whether the cluster has an autoscaler that can add nodes. Autoscaler v2 (KubeRay, ``ray up``
+    with v2) publishes its node groups; v1 names its node types in its status, where a cluster without
+    one (a plain ``ray start`` head runs a read-only monitor) shows only ``node_<id>`` types."""
+    try:
+        from ray._private import ray_constants
+        from ray._private.state import state
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        config = state.get_cluster_config()
+        if config is not None and any(group.max_count != 0 for group in config.node_group_configs):
+            return True
+        return autoscaled(_internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS))
+    except Exception:  # an older or newer Ray without these: assume none, the shorter wait
+        return False
+
+
+def autoscaled(status: bytes | str | None) -> bool:
+    """From autoscaler v1's status JSON: node types (active, idle, launching) other than the
+    read-only provider's ``node_<id>``."""
+    if not status:
+        return False
+    report = json.loads(status).get("autoscaler_report") or {}
+    types = {*(report.get("active_nodes") or {}), *(report.get("idle_nodes") or {}),
+             *(report.get("pending_launches") or {})}
+    return any(not str(t).startswith("node_") for t in types)
+
+
+def pod_bundle(threads: int, gpus: float) -> dict[str, float]:
+    """The resources one pod asks Ray for."""
+    return {"CPU": threads, **({"GPU": gpus} if gpus else {})}
+
+
+def request_pods(config: TournamentConfig, threads: int) -> bool:
+    """``pods="auto"`` with ``max_pods``: ask the autoscaler for nodes holding ``max_pods`` pods (a
+    bundle per pod, which it packs onto its node types); the driver's capacity polls grow the run as
+    they arrive. The request stands until ``RayBackend.close`` withdraws it; without an autoscaler
+    nothing happens. True when asked."""
+    if config.pods != "auto" or config.max_pods is None:
+        return False
+    request_resources(bundles=[pod_bundle(threads, config.gpus_per_pod)] * config.max_pods)
+    return True
+
+
+def request_resources(**kwargs: Any) -> None:
+    """``ray.autoscaler.sdk.request_resources``, imported when first needed (it imports the autoscaler)."""
+    from ray.autoscaler import sdk
+
+    sdk.request_resources(**kwargs)
+
+
+# ---------------------------------------------------------------------------- reaching the cluster
+def wait_for_cluster(address: str, timeout_s: float) -> str:
+    """The GCS address of the cluster at ``address`` (``"auto"``: the one started on this machine),
+    once it accepts connections. Ray itself would retry "Failed to get cluster ID from GCS" for
+    minutes: after ``timeout_s`` this raises a ConnectionError that names the fix."""
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    try:
+        resolved = canonicalize_bootstrap_address_or_die(address)
+    except (ConnectionError, OSError, ValueError) as e:
+        raise ConnectionError(f"no Ray cluster found for address={address!r} ({e}); start one (ray start --head) "
+                              f"or pass its address") from e
+    host, _, port = resolved.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                return resolved
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"no Ray cluster answers at address={address!r} ({resolved}: {e}) within connect_timeout_s="
+                    f"{timeout_s:g} s: start it (ray start --head --port={port}), fix address= or $RAY_ADDRESS, or "
+                    f"give it longer with connect_timeout_s") from None
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+# ---------------------------------------------------------------------------- why a pod's actor died
+@dataclasses.dataclass(frozen=True)
+class Death:
+    """Why a pod's actor is gone: ``fault`` is ``NODE_LOST`` or ``NEVER_STARTED`` when it is not the
+    pod's failure, None when it is; ``message`` goes to the pods table; ``node`` is where it was
+    placed; the verdict may still change until ``wait_s`` after the loss (0: final)."""
+
+    fault: str | None
+    message: str
+    node: str | None
+    wait_s: float = 0.0
+
+
+def classify_death(record: dict[str, Any], live: set[str], draining: set[str]) -> Death:
+    """The verdict on a pod whose actor is gone, from the GCS's record of it (``actor_record``) and
+    the nodes alive and draining now. A node that died (or is being drained: preemption) takes its
+    pods with it: not their failure, nor is an actor that never started. A worker that died on a
+    node still alive is the pod's failure, unless its node follows within ``WORKER_DEATH_CONFIRM_S``."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+
+    node = (record.get("Address") or {}).get("NodeID") or None
+    node_gone = node is not None and (node not in live or node in draining)
+    if record.get("State") != "DEAD":  # Ray has not noticed yet: a SIGKILLed raylet looks alive for seconds
+        if node_gone:
+            return Death(NODE_LOST, f"lost with its node {node}, which left the cluster", node)
+        return Death(None, f"its actor is gone and Ray did not say why within {DEATH_VERDICT_S:g} s", node,
+                     DEATH_VERDICT_S)
+    cause = record.get("DeathCause")
+    context = cause.actor_died_error_context if cause is not None and cause.HasField("actor_died_error_context") \
+        else None
+    if context is None:  # an OOM kill, a failed runtime env, ...: the pod's (or its settings') failure
+        which = cause.WhichOneof("context") if cause is not None else None
+        return Death(None, getattr(getattr(cause, which), "error_message", str(cause)) if which else "no cause", node)
+    message = context.error_message.strip()
+    if node_gone or context.reason == ActorDiedErrorContext.NODE_DIED:
+        return Death(NODE_LOST, f"lost with its node: {message}", node)
+    if context.never_started:
+        return Death(NEVER_STARTED, f"never started: {message}", node)
+    if context.reason == ActorDiedErrorContext.WORKER_DIED:
+        return Death(None, message, node, WORKER_DEATH_CONFIRM_S)
+    return Death(None, message, node)
+
+
+def actor_record(actor: Any) -> dict[str, Any]:
+    """The GCS's record of ``actor`` (state, node, death cause); {} when it cannot be read."""
+    try:
+        from ray._private.state import actors
+
+        return actors(actor_id=actor._actor_id.hex())
+    except Exception:
+        return {}
+
+
+def live_nodes() -> set[str]:
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+
+def draining_nodes() -> set[str]:
+    """Nodes being drained (the autoscaler's preemption or idle termination); empty when unknown."""
+    try:
+        from ray._private.state import state
+
+        return set(state.get_draining_nodes())
+    except Exception:
+        return set()
 
 
 def _outcome(done: Any) -> tuple[int, str | None]:

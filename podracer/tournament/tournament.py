@@ -9,6 +9,7 @@ sooner. The pods themselves need nothing from the driver but the store; see ``po
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -23,13 +24,14 @@ from podracer.agents.common import make_config
 from podracer.agents.registry import agent_name, resolve_agent
 from podracer.checkpoints import CheckpointError
 from podracer.agents.registry import get_preset
-from podracer.tournament.backends import check_backend, make_backend
+from podracer.tournament.backends import check_backend, check_not_spawning, make_backend
 from podracer.tournament.config import (TournamentConfig, callable_spec, check_picklable, check_trusted,
                                         resolve_callable)
 from podracer.tournament.ensemble import Ensemble
 from podracer.tournament.leaderboard import Leaderboard
 from podracer.tournament.pod import PodSpec
 from podracer.tournament.progress import Progress
+from podracer.tournament.storage import StorageSync, is_uri, open_storage, restore
 
 try:
     import fcntl
@@ -75,6 +77,7 @@ class Tournament:
         check_backend(self.config.backend)  # an unknown or unavailable backend fails here, not in run()
         self.store = Path(store)
         self.board = Leaderboard(self.store)
+        self.storage = open_storage(self.config.storage_path, self.config.storage_sync_s)  # see storage.py
         saved = self.store / "tournament.yaml"
         if saved.exists():
             diff = TournamentConfig.from_yaml(saved).differences(self.config)
@@ -95,7 +98,7 @@ class Tournament:
     def from_store(cls, store: str | Path, make_env: Callable[[], Any] | None = None,
                    make_eval_env: Callable[[], Any] | None = None,
                    allow: Iterable[str | Callable[..., Any]] | None = None,
-                   **overrides: Any) -> "Tournament":
+                   local_store: str | Path | None = None, **overrides: Any) -> "Tournament":
         """Rebuild a tournament from ``store/tournament.yaml`` (to resume or extend it). The env
         factories are re-imported from the file unless given; ``overrides`` change run fields
         such as ``generations`` or ``pods``.
@@ -106,7 +109,15 @@ class Tournament:
         installed domains' factories; the registry's agents), or the ones you
         name in ``allow`` (``"mypkg.envs:make_env"``, or the function or class itself); passing
         ``make_env=...`` yourself allows that factory too. Anything else is refused before it is
-        imported, with an error naming it."""
+        imported, with an error naming it.
+
+        ``store`` may be a storage URI (``s3://bucket/run``, ``file:///mnt/runs/run``: a run's
+        ``storage_path``): its snapshot and checkpoints are downloaded into ``local_store``
+        (default ``runs/<last part of the URI>``), and the run resumes there and goes on syncing
+        to that URI (``storage.restore``)."""
+        if is_uri(store):
+            overrides.setdefault("storage_path", store)
+            store = restore(store, local_store)
         path = Path(store) / "tournament.yaml"
         allow = list(allow or ())
         cfg = TournamentConfig.from_yaml(path).to_dict()
@@ -139,7 +150,8 @@ class Tournament:
         """Run until the board holds ``pods * generations`` entries or ``time_budget`` seconds
         pass, then return the board. Ctrl-C kills the pods (their current generations are lost,
         the board stays consistent) and re-raises; ``run()`` again to resume."""
-        with self._driver_lock():
+        sync = StorageSync(self.board, self.storage, self.config.storage_sync_s, self.config.storage_direct_bytes)
+        with self._driver_lock(), sync:
             self._stop.clear()
             return self._drive(progress)
 
@@ -189,8 +201,9 @@ class Tournament:
         if not self.auto or time.monotonic() - self._capacity_checked < AUTO_EVERY_S:
             return
         self._capacity_checked = time.monotonic()
+        capacity = min(backend.capacity(), self.config.max_pods or math.inf)
         with self._lock:
-            self._target = max(0, backend.capacity() + self._offset)
+            self._target = max(0, capacity + self._offset)
 
     def _drive(self, progress_mode: str | None) -> Leaderboard:
         """The driver loop: take the store over, then every ``poll_s`` reap the pods that ended,
@@ -226,7 +239,9 @@ class Tournament:
         return board
 
     def _reap(self, backend: Any, run: "_RunState") -> None:
-        """Record the pods that ended; a failed one is reported, counted and (by default) replaced."""
+        """Record the pods that ended. A failed one is reported, counted against its slot (the pod
+        and those that took its place, as Ray Tune counts a trial's failures) and, by default,
+        replaced; one lost with its node (``backend.fault``) is replaced and not counted."""
         cfg, board = self.config, self.board
         for pod, handle in list(run.handles.items()):
             code = backend.poll(handle)
@@ -234,20 +249,29 @@ class Tournament:
                 continue
             del run.handles[pod]
             board.release_tickets(pod)
-            if pod in run.cancelled:  # never started, killed on purpose: no failure
-                board.set_pod(pod, status="cancelled", exitcode=code, ended_at=time.time())
+            slot = run.slots.pop(pod)
+            run.free_slots.add(slot)  # the next pod started takes this slot, and its failure count
+            fault = backend.fault(handle) if code != 0 else None
+            if pod in run.cancelled or fault:  # killed on purpose before it started, or its node lost
+                board.set_pod(pod, status="cancelled" if pod in run.cancelled else "preempted", exitcode=code,
+                              ended_at=time.time())
+                if pod not in run.cancelled:
+                    warnings.warn(f"pod {pod} ended ({fault}: not counted as a failure); its current generation is "
+                                  f"lost and a new pod takes its place:\n{board.pod_error(pod)}", RuntimeWarning,
+                                  stacklevel=4)
                 run.stopping.discard(pod)
                 continue
             failed = code != 0
             board.set_pod(pod, status="failed" if failed else "exited", exitcode=code, ended_at=time.time())
             if failed:
-                run.failures += 1
-                error = board.pod_error(pod)
+                run.failures[slot] += 1
+                error = board.pod_error(pod) or _unstarted(board, pod, code)
                 warnings.warn(f"pod {pod} died (exit code {code}); its current generation is lost"
                               + (f":\n{error}" if error else ""), RuntimeWarning, stacklevel=4)
-                if run.failures > cfg.max_failures:
-                    raise RuntimeError(f"{run.failures} pods died (max_failures={cfg.max_failures}); last error:\n"
-                                       f"{error or f'exit code {code}'}")
+                if run.failures[slot] > cfg.max_failures:
+                    raise RuntimeError(f"pod {pod} died: failure {run.failures[slot]} of the pods in its place "
+                                       f"(max_failures={cfg.max_failures} per pod; pods lost with their node are not "
+                                       f"counted); last error:\n{error or f'exit code {code}'}")
                 if not cfg.replace_failed and pod not in run.stopping:
                     self.remove_pods(1)
             run.stopping.discard(pod)
@@ -273,6 +297,8 @@ class Tournament:
         wanted = 0 if winding_down else min(self._target, self._remaining())
         while len(active) < wanted:
             pod = self.board.register_pod()
+            run.slots[pod] = min(run.free_slots) if run.free_slots else len(run.slots) + len(run.free_slots)
+            run.free_slots.discard(run.slots[pod])
             run.handles[pod] = backend.start(PodSpec(str(self.store), pod, self.config, self.make_env,
                                                      self.make_eval_env, threads=self.config.threads))
             active.append(pod)
@@ -313,6 +339,7 @@ class Tournament:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                check_not_spawning()  # a pod re-running a script without `if __name__ == "__main__":`
                 raise RuntimeError(f"another Tournament is running on {self.store} (driver.lock is held); wait for "
                                    f"it to finish or use another store") from None
             try:
@@ -348,8 +375,18 @@ class _RunState:
     handles: dict[int, Any] = dataclasses.field(default_factory=dict)  # pod id -> backend handle
     stopping: set[int] = dataclasses.field(default_factory=set)  # pods asked to stop after their generation
     cancelled: set[int] = dataclasses.field(default_factory=set)  # pods killed before they started
-    failures: int = 0
+    slots: dict[int, int] = dataclasses.field(default_factory=dict)  # running pod id -> its slot (max_failures)
+    free_slots: set[int] = dataclasses.field(default_factory=set)  # slots of pods that ended, for the next ones
+    failures: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # slot -> failures
     out_of_time: bool = False
+
+
+def _unstarted(board: Leaderboard, pod: int, code: int) -> str | None:
+    """What to say of a pod that died before it recorded anything: it never reached ``pod_main``."""
+    if not board.pods()["pid"].isna().get(pod, False):
+        return None
+    return (f"exit code {code} before the pod started (its own output says why; with backend='local', a script "
+            f"without `if __name__ == \"__main__\":` is the usual cause)")
 
 
 @contextlib.contextmanager

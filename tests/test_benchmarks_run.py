@@ -1,0 +1,56 @@
+"""The benchmark scripts keep running: each at its smallest size, in this process (its ``main``),
+on every device torch sees, so a GPU-only code path is exercised as far as a CPU allows. They
+measure nothing here: no timed asserts, only that they run and their own checks hold (the
+backtest's agreement with ``finance.buy_and_hold``; the FinRL comparison's shared evaluation, its
+FinRL side only where ``make .venv/finrl-src`` put FinRL's env file)."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def script(name: str):
+    """A benchmark script as a module (they are scripts, not an importable API)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+def test_gpu_script_runs_tiny(device, capsys):
+    script("gpu").main(["--device", device, "--tiny", "--skip-warp"])
+    out = capsys.readouterr().out
+    for part in ("## 1.", "## 2.", "## 3.", "## 4. MuJoCo Warp: SKIPPED"):
+        assert part in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+def test_backtest_throughput_runs_tiny(device):
+    results = script("backtest_throughput").main(["--sizes", "3", "--repeats", "1", "--device", device,
+                                                  "--skip-vectorbt"])
+    assert set(results) == {3}
+
+
+@pytest.mark.slow
+def test_vs_finrl_tiny_runs(monkeypatch):
+    monkeypatch.setenv("FINRL_ENV_FILE", os.environ.get("FINRL_ENV_FILE", ""))  # the script may set it: undone after
+    results = script("vs_finrl").main(["--tiny"])
+    assert {"podracer"} <= set(results)

@@ -1,0 +1,350 @@
+"""A tournament that survives its cluster (issue 21): node losses are not pod failures, a restarted
+leaderboard server kills no pod, a cluster that does not answer or cannot host a pod fails with
+the fix instead of waiting forever, pods="auto" asks the autoscaler for its nodes, and pods report
+metrics (Ray metrics, TensorBoard).
+
+The fast tests check each rule alone (the verdict on a dead actor from the GCS's record, the
+driver's failure counting with a scripted backend, ...). One slow test runs them all on a real
+cluster on loopback: a head of 1 CPU and a node of 3, pods=4 with max_failures=0 (one counted
+failure ends the run): the node is SIGKILLed with 3 pods mid-generation, started again, its 3 new
+pods killed with it a second time, and the leaderboard server is killed in between while the pods
+call it. The board ends with exactly its budget. Every Ray process started here is stopped, by
+session id (see tests/test_ray_backend.py).
+"""
+
+import contextlib
+import functools
+import importlib
+import math
+import multiprocessing as mp
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+import podracer
+from podracer.tournament import Leaderboard, Pod, PodSpec, Tournament, TournamentConfig
+from podracer.tournament import backends, pod as pod_module, tournament as tournament_module
+
+ray = pytest.importorskip("ray")
+from ray.core.generated import common_pb2  # noqa: E402
+
+from podracer.tournament import ray_backend  # noqa: E402
+from test_ray_backend import (HELD_CODE, HELD_MODULE, TINY_PPO, LoopbackCluster, _killpg,  # noqa: E402
+                              _sessions_under, assert_consistent, make_small_eval_env, wait_for)
+
+make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
+
+
+# ---------------------------------------------------------------------------- why a pod's actor died
+def _record(state="DEAD", node="n2", reason=None, never_started=False, node_died=False, message="gone"):
+    """An actor record as ``ray._private.state.actors`` returns it (the parts classify_death reads)."""
+    cause = common_pb2.ActorDeathCause()
+    if reason is not None:
+        context = cause.actor_died_error_context
+        context.error_message, context.never_started = message, never_started
+        context.reason = getattr(common_pb2.ActorDiedErrorContext, reason)
+        if node_died:
+            context.node_death_info.reason = common_pb2.NodeDeathInfo.UNEXPECTED_TERMINATION
+    return {"State": state, "Address": {"NodeID": node}, "DeathCause": cause}
+
+
+def test_a_pod_lost_with_its_node_or_never_started_is_not_its_failure():
+    live, draining = {"n1", "n2"}, set()
+    node_died = ray_backend.classify_death(_record(reason="NODE_DIED", node_died=True,
+                                                   message="The actor died because its node has died."), live, draining)
+    assert (node_died.fault, node_died.node, node_died.wait_s) == (ray_backend.NODE_LOST, "n2", 0.0)
+    assert "its node has died" in node_died.message  # the pods table says why
+    unstarted = ray_backend.classify_death(_record(reason="OWNER_DIED", never_started=True), live, draining)
+    assert unstarted.fault == ray_backend.NEVER_STARTED
+    killed = ray_backend.classify_death(_record(reason="RAY_KILL", message="killed by ray.kill"), live, draining)
+    assert (killed.fault, killed.message, killed.wait_s) == (None, "killed by ray.kill", 0.0)
+    # A worker that died on a live node is the pod's failure, unless its node follows in a moment
+    crashed = ray_backend.classify_death(_record(reason="WORKER_DIED"), live, draining)
+    assert crashed.fault is None and crashed.wait_s == ray_backend.WORKER_DEATH_CONFIRM_S
+    assert ray_backend.classify_death(_record(reason="WORKER_DIED"), {"n1"}, draining).fault == ray_backend.NODE_LOST
+    assert ray_backend.classify_death(_record(reason="WORKER_DIED"), live, {"n2"}).fault == ray_backend.NODE_LOST
+    # Not marked dead yet: a SIGKILLed raylet's node looks alive for seconds; the verdict waits for Ray
+    pending = ray_backend.classify_death(_record(state="ALIVE"), live, draining)
+    assert pending.fault is None and pending.wait_s == ray_backend.DEATH_VERDICT_S
+    assert ray_backend.classify_death(_record(state="ALIVE"), {"n1"}, draining).fault == ray_backend.NODE_LOST
+    assert ray_backend.classify_death({}, live, draining).wait_s == ray_backend.DEATH_VERDICT_S  # no record
+
+
+class ScriptedBackend:
+    """Pods without processes: each started pod ends as the next outcome says. "ok" trains (submits
+    entries) until the board's budget is spent; "node" ends lost with its node; "crash" fails."""
+
+    def __init__(self, outcomes):
+        self.outcomes, self.started = list(outcomes), []
+
+    def start(self, spec):
+        board = Leaderboard(spec.store)
+        self.started.append(spec.pod_id)
+        return SimpleNamespace(pod=spec.pod_id, outcome=self.outcomes.pop(0), board=board, killed=False)
+
+    def poll(self, handle):
+        if handle.outcome != "ok" or handle.killed:
+            handle.board.claim(handle.pod)  # dies mid-generation: the driver releases its ticket
+            return -9
+        while (ticket := handle.board.claim(handle.pod)) is not None:
+            handle.board.submit({"agent": "ppo"}, -100.0, pod=handle.pod, ticket=ticket)  # a stand-in checkpoint
+        return 0
+
+    def fault(self, handle):
+        return ray_backend.NODE_LOST if handle.outcome == "node" else None
+
+    def kill(self, handle):
+        handle.killed = True
+
+    def join(self, handle, timeout=None):
+        pass
+
+    def capacity(self):
+        return 2
+
+    def close(self):
+        pass
+
+
+def _scripted_run(tmp_path, monkeypatch, outcomes, max_failures):
+    backend = ScriptedBackend(outcomes)
+    monkeypatch.setattr(tournament_module, "make_backend", lambda config, store: backend)
+    t = Tournament(make_small_env, make_small_eval_env, agent="ppo", pods=2, generations=2, store=tmp_path,
+                   agent_config=TINY_PPO, max_failures=max_failures)
+    t.poll_s = 0.01
+    return t, backend
+
+
+def test_node_losses_are_not_counted_and_failures_count_per_pod(tmp_path, monkeypatch):
+    # Pods start two at a time, in slots 0 and 1. Three node losses and one crash per slot, with
+    # max_failures=1: the run finishes its budget
+    t, backend = _scripted_run(tmp_path / "a", monkeypatch, ["node", "crash", "crash", "node", "node", "ok"], 1)
+    with pytest.warns(RuntimeWarning, match="node lost: not counted as a failure"):
+        board = t.run(progress=None)
+    assert len(board) == 4 and board.in_flight() == 0
+    status = board.pods()["status"].tolist()
+    assert status.count("preempted") == 3 and status.count("failed") == 2 and status[-1] == "exited"
+    # Two crashes of the pods in one slot (0, node losses between them not counted) exceed max_failures=1
+    t, backend = _scripted_run(tmp_path / "b", monkeypatch, ["crash", "node", "node", "node", "crash", "ok"], 1)
+    with pytest.warns(RuntimeWarning, match="died"), \
+            pytest.raises(RuntimeError, match="pod 5 died: failure 2 of the pods in its place"):
+        t.run(progress=None)
+    assert backend.started == [1, 2, 3, 4, 5, 6] and len(t.board) == 0
+
+
+# ---------------------------------------------------------------------------- small fixes
+def test_a_cluster_that_does_not_answer_fails_after_connect_timeout(monkeypatch):
+    if ray.is_initialized():
+        pytest.skip("needs no Ray connected in this process")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"no Ray cluster answers at address='127.0.0.1:1'.*"
+                                              r"connect_timeout_s=1 s"):
+        ray_backend.connect(TournamentConfig(backend="ray", address="127.0.0.1:1", connect_timeout_s=1))
+    assert time.monotonic() - start < 10 and not ray.is_initialized()
+
+
+def test_pods_auto_asks_the_autoscaler_for_max_pods(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ray_backend, "request_resources", lambda **kw: calls.append(kw))
+    config = TournamentConfig(backend="ray", pods="auto", entries=10, max_pods=3, gpus_per_pod=0.5)
+    assert ray_backend.request_pods(config, threads=2)
+    assert calls == [{"bundles": [{"CPU": 2, "GPU": 0.5}] * 3}]
+    assert not ray_backend.request_pods(TournamentConfig(backend="ray", pods="auto", entries=10), threads=1)
+    assert not ray_backend.request_pods(TournamentConfig(backend="ray", pods=2), threads=1) and len(calls) == 1
+    with pytest.raises(ValueError, match="max_pods=3 bounds pods='auto'"):
+        TournamentConfig(pods=2, max_pods=3)
+
+
+def test_an_autoscaler_is_told_from_a_read_only_monitor():
+    assert not ray_backend.autoscaled(None)
+    read_only = '{"autoscaler_report": {"active_nodes": {"node_3f2a": 1, "node_9c1b": 1}, "pending_launches": {}}}'
+    assert not ray_backend.autoscaled(read_only)  # `ray start` clusters: the monitor mirrors the nodes
+    launching = '{"autoscaler_report": {"active_nodes": {"ray.head.default": 1}, "pending_launches": {"gpu": 2}}}'
+    assert ray_backend.autoscaled(launching)
+
+
+def test_a_pod_that_reruns_the_script_is_told_what_to_add(tmp_path, monkeypatch):
+    """Probing found: the README's block with backend="local" and no main guard failed with a
+    message about driver.lock; a spawned pod re-running the script now names the fix."""
+    t = Tournament(make_small_env, make_small_eval_env, pods=1, generations=1, store=tmp_path)
+    with t._driver_lock():  # the driver holds the store
+        with pytest.raises(RuntimeError, match="driver.lock is held"):  # a second driver: as before
+            t.run(progress=None)
+        monkeypatch.setattr(mp.current_process(), "_inheriting", True, raising=False)  # as while spawn imports __main__
+        with pytest.raises(RuntimeError, match=r'if __name__ == "__main__":'):
+            t.run(progress=None)
+
+
+def test_keep_top_stays_below_the_pod_count(tmp_path):
+    """Probing found: with pods <= keep_top, no pod ever exploited (a pod trained on from -1378
+    while a -227 entry existed). The worst pod now copies the leader."""
+    assert pod_module.keep_top(TournamentConfig(pods=2, keep_top=2)) == 1
+    assert pod_module.keep_top(TournamentConfig(pods=1, keep_top=2)) == 0
+    assert pod_module.keep_top(TournamentConfig(pods=8, keep_top=2)) == 2
+    assert pod_module.keep_top(TournamentConfig(pods="auto", entries=4, keep_top=2)) == 2
+    config = TournamentConfig(pods=2, keep_top=2, exploit_margin=0.0)
+    pod = Pod(PodSpec(str(tmp_path), 2, config, make_small_env, make_small_eval_env))
+    leader = pod.board.submit({"agent": "ppo"}, -227.0, pod=1)  # stand-in checkpoints: only rows are read
+    pod.last = pod.board.submit({"agent": "ppo"}, -1378.0, pod=2)
+    assert pod.leading(pod.board.top(5)) is None  # pod 2 lags: it copies a parent instead of training on
+    pod.last = leader
+    assert pod.leading(pod.board.top(5)) == leader
+
+
+def test_tensorboard_logs_each_generation_of_a_pod(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = TournamentConfig(pods=1, generation_steps=512, agent_config=TINY_PPO, tensorboard=True)
+    pod = Pod(PodSpec(str(tmp_path), 7, config, make_small_env, make_small_eval_env))
+    board = pod.board
+    board.set_budget(2)
+    assert pod.run() == 2
+    logs = EventAccumulator(str(tmp_path / "tb" / "pod-7")).Reload()
+    scores = logs.Scalars("tournament/score")
+    assert [s.value for s in scores] == pytest.approx([e.score for e in board.entries()])
+    assert [s.step for s in scores] == [512, 1024]  # the pod's own steps: its curves run forward
+    assert {"loss/actor", "charts/steps_per_second", "hp/learning_rate"} <= set(logs.Tags()["scalars"])
+
+
+# ---------------------------------------------------------------------------- a cluster that loses nodes
+@pytest.fixture
+def spot_cluster(tmp_path, monkeypatch):
+    """A head of 1 CPU and a node of 3 on loopback (no GPU, no auth, so this process joins it as the
+    driver), whose workers import HELD_MODULE; metrics reported every half second."""
+    code_dir = tmp_path / "held_code"
+    code_dir.mkdir()
+    (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
+    monkeypatch.syspath_prepend(str(code_dir))
+    monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")
+    root = tempfile.mkdtemp(prefix="prf-")
+    cluster = None
+    try:
+        cluster = LoopbackCluster(root, str(code_dir), head_cpus=1, node2_cpus=3, gpus=0, token=False)
+        ray.init(address=cluster.address, logging_level="WARNING")
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if cluster is not None:
+            cluster.close()
+        else:  # a failed `ray start`: its sessions are not known to a cluster object
+            for pid in _sessions_under(root):
+                _killpg(pid)
+        shutil.rmtree(root, ignore_errors=True)
+        sys.modules.pop(HELD_MODULE, None)
+
+
+def _in_flight(store) -> dict[int, int]:
+    """pod -> ticket of the generations in flight."""
+    with contextlib.closing(sqlite3.connect(store / "board.sqlite")) as db:
+        return dict(db.execute("SELECT pod, id FROM tickets"))
+
+
+def _with_status(board: Leaderboard, status: str) -> set[int]:
+    pods = board.pods()
+    return set(pods.index[pods["status"] == status])
+
+
+def _pods_on(board: Leaderboard, node: str) -> set[int]:
+    pods = board.pods()
+    return set(pods.index[(pods["node"] == node) & pods["status"].isin(["running", "stopping"])])
+
+
+def _metric(port: int, name: str) -> dict[str, float]:
+    """pod tag -> value of the Ray metric ``name`` on a node's Prometheus endpoint ({} before any)."""
+    host = ray.util.get_node_ip_address()
+    with contextlib.suppress(OSError):
+        text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
+        pattern = rf'^ray_{name}(?:_total)?{{[^}}]*pod="(\d+)"[^}}]*}} (\S+)$'
+        return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
+    return {}
+
+
+@pytest.mark.slow
+def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_exact(tmp_path, spot_cluster,
+                                                                                      monkeypatch):
+    cluster, store, hold = spot_cluster, tmp_path / "store", tmp_path / "hold"
+    assert ray_backend.cluster_capacity(1, 0) == 4
+    # A pod no node can host (a GPU on a cluster without one) fails the run after placement_timeout_s
+    monkeypatch.setattr(ray_backend, "PLACEMENT_CHECK_S", 0.2)
+    gpu = Tournament(make_small_env, make_small_eval_env, agent="ppo", pods=1, generations=1, store=tmp_path / "gpu",
+                     backend="ray", gpus_per_pod=1, placement_timeout_s=1.0, threads_per_pod=1)
+    with pytest.warns(RuntimeWarning, match="no autoscaler.* up to 1 s"), \
+            pytest.raises(RuntimeError, match="none joined within placement_timeout_s=1 s"):
+        gpu.run(progress=None)
+
+    hold.touch()  # every pod blocks in its next env step: mid-generation for sure
+    make_held_env = functools.partial(importlib.import_module(HELD_MODULE).make_pendulum, 16, str(hold))
+    t = Tournament(make_held_env, make_small_eval_env, agent="ppo", pods=4, generation_steps=2048, generations=4,
+                   store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1, backend="ray", max_failures=0,
+                   tensorboard=True).start()
+    board, lost, node_ids = t.board, [], []
+
+    def all_held(n_pods: int) -> bool:
+        assert t.running, "the run ended early"
+        return len(_in_flight(store)) == n_pods
+
+    def kill_node2() -> None:
+        """SIGKILL the node with 3 pods mid-generation; wait until the driver has seen them go."""
+        wait_for(lambda: all_held(4), timeout=180, what="4 pods mid-generation")
+        node = ray_backend.live_nodes() - {ray.get_runtime_context().get_node_id()}
+        (node2,) = node
+        on_node2 = _pods_on(board, node2)
+        assert len(on_node2) == 3 and on_node2 <= set(_in_flight(store))
+        cluster.stop_node2()
+        wait_for(lambda: _with_status(board, "preempted") >= on_node2, timeout=60,
+                 what="the driver to see the 3 pods lost with their node")
+        lost.append(on_node2)
+        node_ids.append(node2)
+
+    kill_node2()
+    assert ray_backend.cluster_capacity(1, 0) == 1
+    cluster.start_node2(3)
+    wait_for(lambda: ray_backend.cluster_capacity(1, 0) == 4, timeout=60, what="the restarted node to join")
+
+    # The server is killed while 4 pods train and call it; Ray restarts it, the pods retry
+    wait_for(lambda: all_held(4), timeout=180, what="3 new pods on the restarted node")
+    hold.unlink()
+    wait_for(lambda: len(board) >= 1, timeout=120, what="a first entry")
+    server = ray.get_actor(ray_backend.server_actor_name(store))
+    old_pid = ray.get(server.pid.remote())
+    ray.kill(server, no_restart=False)
+    wait_for(lambda: len(board) >= 3, timeout=120, what="entries through the restarted server")
+    assert ray.get(server.pid.remote()) != old_pid
+    hold.touch()
+    wait_for(lambda: all_held(4), timeout=180, what="4 pods mid-generation again")
+    generations = {}
+    wait_for(lambda: generations.update(_metric(cluster.metrics_ports["node2"], "podracer_pod_generations")) or
+             generations, timeout=60, what="the pods' Ray metrics on the node's Prometheus endpoint")
+    kill_node2()
+    hold.unlink()
+    t.wait(timeout=240)
+    assert not t.running
+
+    assert_consistent(board, 16, steps=2048)
+    pods = board.pods()
+    assert (pods["status"] != "failed").all(), pods.to_string()  # max_failures=0: one counted failure ends the run
+    preempted = pods[pods["status"] == "preempted"]
+    assert set(preempted.index) == lost[0] | lost[1] and len(lost[0] | lost[1]) == 6
+    assert preempted["error"].str.contains("lost with its node").all()
+    assert (preempted["node"].isin(node_ids)).all()
+    assert set(pods.loc[~pods.index.isin(preempted.index), "status"]) <= {"exited", "cancelled"}
+    tickets = {e.ticket for e in board.entries()}
+    assert len(tickets) == 16  # every lost generation trained again, none twice
+
+    # Observability: Ray metrics from the pods of the restarted node, TensorBoard files on the head
+    assert generations and set(generations) <= {str(p) for p in pods.index}, generations
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for pod in {e.pod for e in board.entries()}:
+        logs = EventAccumulator(str(store / "tb" / f"pod-{pod}")).Reload()
+        assert sorted({s.value for s in logs.Scalars("tournament/score")}) == \
+            pytest.approx(sorted({e.score for e in board.entries() if e.pod == pod})), pod
