@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
+
+# Every process the tests start inherits one OpenMP/torch thread: Jupyter kernels (every lesson),
+# the demo, CLI runs, Ray's workers. The tests pin their own process to one thread (tests/conftest.py)
+# for determinism; a child left at torch's default of one thread per core competes with the other
+# pytest worker on a 2-core machine, and small networks then run many times slower, not faster.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 

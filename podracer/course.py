@@ -536,7 +536,10 @@ def record_answer(key: str, value: Any, digits: int = 3, path: str | os.PathLike
     data["answers"][key] = {"digits": digits, "sha256": _digest(text, data["salt"], key, int(data["iterations"]))}
     data["answers"] = dict(sorted(data["answers"].items()))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    # Written beside and renamed over: a lecturer's Ctrl-C mid-write leaves the old file, never half of one.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(partial, path)
 
 
 # ---------------------------------------------------------------------------- pointers into the library
@@ -591,16 +594,20 @@ def run_lesson(path: str, strict: bool = True) -> None:
 
 
 # ---------------------------------------------------------------------------- Colab
-def add_colab_cell(notebook: Any) -> bool:
+def add_colab_cell(notebook: Any, extras: str = "finance") -> bool:
     """Insert :data:`COLAB_CELL` as the first code cell of an ``nbformat`` notebook (after the title
     cell), unless a cell already installs the course on Colab. Returns True when it inserted one.
-    Do this to lessons only: a solutions notebook's first code cell must be ``run_lesson``."""
+    ``extras`` are the install's (``"finance,cluster"`` for a lesson that starts Ray). The cell is
+    left out of the slides (``slide_type: skip``). Do this to lessons only: a solutions notebook's
+    first code cell must be ``run_lesson``."""
     import nbformat
 
     if any(c.cell_type == "code" and "google.colab" in c.source for c in notebook.cells):
         return False
     at = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
-    notebook.cells.insert(at, nbformat.v4.new_code_cell(COLAB_CELL, metadata={"tags": ["colab"]}))
+    source = COLAB_CELL.replace(f'"{COLAB_PIP}"', f'"podracer-rl[{extras}]"')
+    notebook.cells.insert(at, nbformat.v4.new_code_cell(
+        source, metadata={"slideshow": {"slide_type": "skip"}, "tags": ["colab"]}))
     return True
 
 

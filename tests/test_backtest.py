@@ -160,7 +160,7 @@ def test_plot_and_window():
     close = synthetic_close(T=60, S=4)
     res = backtest(lambda obs: torch.full((1, 4), 0.2), close, benchmark=close.mean(axis=1), name="dca")
     fig = res.plot()
-    assert len(fig.axes) == 4  # equity, drawdown, heatmap, colorbar
+    assert len(fig.axes) == 4  # equity, drawdown, rolling Sharpe, weights heatmap (its colorbar is inset)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["dca", "equal_weight", "index"]
     part = res.between(close.index[10], close.index[30])

@@ -2,9 +2,11 @@
 on every device torch sees, so a GPU-only code path is exercised as far as a CPU allows. They
 measure nothing here: no timed asserts, only that they run and their own checks hold (the
 backtest's agreement with ``finance.buy_and_hold``; the FinRL comparison's shared evaluation, its
-FinRL side only where ``make .venv/finrl-src`` put FinRL's env file)."""
+FinRL side only where ``make .venv/finrl-src`` put FinRL's env file; the learner bound's row for
+every agent)."""
 
 import importlib.util
+import math
 import os
 import sys
 from pathlib import Path
@@ -54,3 +56,18 @@ def test_vs_finrl_tiny_runs(monkeypatch):
     monkeypatch.setenv("FINRL_ENV_FILE", os.environ.get("FINRL_ENV_FILE", ""))  # the script may set it: undone after
     results = script("vs_finrl").main(["--tiny"])
     assert {"podracer"} <= set(results)
+
+
+@pytest.mark.slow
+def test_learner_bound_tiny_runs(capsys):
+    bench = script("learner_bound")
+    results = bench.main(["--tiny"])
+    out = capsys.readouterr().out
+    assert set(results) == set(bench.CASES)  # every agent's update and its bare arithmetic were built and run
+    for name, r in results.items():
+        for key in ("agent_per_s", "bare_per_s", "agent_of_bare", "matmul_share"):
+            assert math.isfinite(r[key]) and r[key] > 0, (name, key, r[key])
+    lines = out.splitlines()
+    for name in bench.CASES:  # one table row each, with the networks it measured
+        assert any(line.startswith(f"{name} ") and "batch" in line for line in lines), name
+    assert "load average before" in out and "Load average after" in out

@@ -1,4 +1,4 @@
-"""The course's rules (issue 13), checked on the committed notebooks, and the exercise checker."""
+"""The course's rules (issues 13 and 24), checked on the committed notebooks, and the exercise checker."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from podracer.course import ExerciseFailed, check, is_unanswered
+from podracer import course
+from podracer.course import COLAB_CELL, ExerciseFailed, check, is_unanswered, set_strict
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -19,6 +21,8 @@ SOLUTIONS = NOTEBOOKS / "solutions"
 SOLVED = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
 GLOSSARY = NOTEBOOKS / "GLOSSARY.md"
 # The standard market: prepare_market's defaults (train, valid, test) and the history before them.
+# A call of any of the three checks, and its exercise's name: check("1", ...), check_value("2b", ...)
+CHECK_CALL = r"\bcheck(?:_function|_value)?\(\s*\"([^\"]+)\""
 STANDARD_DATES = {"2000-01-01", "2005-01-01", "2016-12-31", "2017-01-01", "2018-12-31", "2019-01-01",
                   "2022-12-31"}
 
@@ -32,20 +36,33 @@ def code(path: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- the checker
-def test_check_unanswered_does_not_fail(capsys):
-    assert check("1", ..., lambda a: a > 0, "hint").status == "unanswered"
+@pytest.fixture
+def lenient(monkeypatch):
+    """The default mode, whatever an earlier test or the environment set (tests/test_grading.py tests the modes)."""
+    monkeypatch.delenv(course.STRICT_ENV, raising=False)
+    set_strict(None)
+    yield
+    set_strict(None)
+
+
+def test_check_unanswered_does_not_fail(capsys, lenient):
+    result = check("1", ..., lambda a: a > 0, "hint")
+    assert not result and result.status == "unanswered"
     assert "not answered yet" in capsys.readouterr().out
     assert is_unanswered((1.0, ...)) and is_unanswered({"a": ...}) and not is_unanswered(0)
 
 
-def test_check_right_and_wrong_answers(capsys):
-    assert check("2", 3, lambda a: a == 3, "hint", success="three")
+def test_check_right_and_wrong_answers(capsys, lenient):
+    right = check("2", 3, lambda a: a == 3, "hint", success="three")
+    assert right and right.status == "ok"
     assert "Exercise 2: ok. three" in capsys.readouterr().out
+    wrong = check("3", 4, lambda a: a == 3, "add one")  # lenient: reported, and Run All goes on
+    assert not wrong and wrong.status == "wrong" and "Hint: add one" in capsys.readouterr().out
     with pytest.raises(ExerciseFailed, match=r"Exercise 3: not yet right \(your answer: 4\)\. Hint: add one"):
         check("3", 4, lambda a: a == 3, "add one", strict=True)
 
 
-def test_check_reports_an_answer_of_the_wrong_kind():
+def test_check_reports_an_answer_of_the_wrong_kind(lenient):
     with pytest.raises(ExerciseFailed, match="Exercise 4: checking 'abc' raised TypeError.*Hint: a number"):
         check("4", "abc", lambda a: a + 1 > 0, "a number", strict=True)
     with pytest.raises(TypeError, match="condition must be a function"):
@@ -79,8 +96,9 @@ def test_lesson_follows_the_rules(path):
     size_lines = [line for src in sources for line in src.splitlines() if re.match(r"\s*SIZE\s*=", line)]
     assert len(size_lines) == 1 and 'os.environ.get("PODRACER_SIZE", "full")' in size_lines[0], (
         f"{path.name}: one size setting defaulting to the learning size, got {size_lines}")
-    checks = sum(len(re.findall(r"\bcheck(?:_function|_value)?\(\s*\"", src)) for src in sources)
-    assert 2 <= checks <= (5 if path.name.startswith("00") else 4), f"{path.name}: 2-3 exercises with a check cell each, found {checks} check() calls"
+    checks = sum(len(re.findall(CHECK_CALL, src)) for src in sources)
+    most = 5 if number == "00" else 4  # 00, the foundations, has five exercises
+    assert 2 <= checks <= most, f"{path.name}: 2-{most} checks (check, check_function, check_value), found {checks}"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
@@ -91,11 +109,120 @@ def test_every_lesson_has_a_solution_that_runs_it(path):
     assert f'run_lesson("../{path.name}")' in sources[0], f'solutions/{path.name} should start with run_lesson("../{path.name}")'
     calls = re.findall(r"\brun_lesson\(", "\n".join(sources))
     assert len(calls) == 1, f"solutions/{path.name} should run its lesson once, calls run_lesson {len(calls)} times"
-    lesson_checks = re.findall(r"\bcheck(?:_function|_value)?\(\s*\"([^\"]+)\"", "\n".join(code(path)))
-    solved = re.findall(r"\bcheck(?:_function|_value)?\(\s*\"([^\"]+)\"", "\n".join(sources[1:]))
+    lesson_checks = re.findall(CHECK_CALL, "\n".join(code(path)))
+    solved = re.findall(CHECK_CALL, "\n".join(sources[1:]))
     assert sorted(lesson_checks) == sorted(solved), f"solutions/{path.name} should answer {lesson_checks}, has {solved}"
     for src in sources[1:]:
         assert not re.search(r"=\s*\.\.\.(\s|#|$)", src), f"solutions/{path.name} leaves a `...` answer:\n{src}"
+
+
+# ---------------------------------------------------------------------------- exercises a lecturer can grade
+ANSWERS = NOTEBOOKS / "answers.json"
+CHECK_VALUE_CALL = re.compile(r"\bcheck_value\(\s*\"([^\"]+)\"\s*,[^,]+,\s*lesson=\"([^\"]+)\"")
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,_]*(?:\.\d+)?(?:[eE][-+]?\d+)?")  # -1,974  0.3241  2_048  1e-3
+
+
+def written_numbers(text: str) -> set[float]:
+    """The numbers written in ``text`` with 3 significant digits or more, with either sign. Shorter ones
+    (0.5, 200) are everywhere in a lesson, and an answer that short cannot be kept out of sight anyway."""
+    found = set()
+    for token in NUMBER.findall(text):
+        token = token.replace(",", "").replace("_", "")
+        try:
+            x = float(token)
+        except ValueError:
+            continue
+        if len(re.split(r"[eE]", token.lstrip("-"))[0].replace(".", "").strip("0")) >= 3:
+            found |= {x, -x}
+    return found
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_no_lesson_shows_a_hidden_answer(path):
+    """A check_value exercise has its answer recorded, and no number written in the lesson, in its check cell
+    or anywhere else, is that answer (to its recorded decimals, give or take one in the last, as check_value
+    accepts): hashing each number the lesson writes finds it if it is there."""
+    data = json.loads(ANSWERS.read_text())
+    sources = "\n".join(code(path))
+    calls = CHECK_VALUE_CALL.findall(sources)
+    assert len(calls) == len(re.findall(r"\bcheck_value\(", sources)), (
+        f'{path.name}: write check_value("<exercise>", answer, lesson="{path.stem}", ...) with its lesson as a keyword')
+    candidates = written_numbers("\n".join("".join(c["source"]) for c in cells(path)))
+    iterations = int(data.get("iterations", course.HASH_ITERATIONS))
+    for exercise, lesson in calls:
+        key = f"{lesson}/{exercise}"
+        assert lesson == path.stem, f"{path.name}: check_value({exercise!r}) reads the answers of lesson {lesson!r}"
+        entry = data["answers"].get(key)
+        assert entry, f"answers.json has no answer for {key!r}: record it (podracer.course.record_answer)"
+        digits, step = int(entry["digits"]), 10.0 ** -int(entry["digits"])
+        texts = {course._canonical(x + k * step, digits) for x in candidates for k in (-1, 0, 1)} - {None}
+        shown = [t for t in sorted(texts) if course._digest(t, data["salt"], key, iterations) == entry["sha256"]]
+        assert not shown, f"{path.name} writes {shown[0]}, the hidden answer of exercise {exercise}: take it out"
+
+
+COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]"
+                         r"\(https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/main/notebooks/([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_every_lesson_opens_on_colab(path):
+    """A badge in the title cell that opens the lesson on Colab, and course.COLAB_CELL as the first code
+    cell (with the extras the lesson needs beyond [finance]: cluster for 11, locomotion for 12)."""
+    match = COLAB_BADGE.search("".join(cells(path)[0]["source"]))
+    assert match, f"{path.name}: the title cell needs a Colab badge linking .../blob/main/notebooks/{path.name}"
+    assert match.group(1) == path.name, f"{path.name}: its Colab badge opens {match.group(1)}"
+    first = code(path)[0]
+    extras = re.search(r'"podracer-rl\[([a-z,]+)\]"', first)
+    assert extras and "finance" in extras.group(1).split(","), f"{path.name}: the first code cell should be COLAB_CELL"
+    assert first == COLAB_CELL.replace(course.COLAB_PIP, f"podracer-rl[{extras.group(1)}]"), (
+        f"{path.name}: the first code cell should be course.COLAB_CELL (podracer.course.add_colab_cell inserts it)")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_the_colab_cell_does_nothing_outside_colab(path):
+    # What IPython runs for the cell (its %pip line becomes a get_ipython() call inside the `if`), here.
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    first = code(path)[0]
+    assert "google.colab" in first, f"{path.name}: the first code cell is not the Colab cell"
+    python = TransformerManager().transform_cell(first)
+    called = []
+    assert "google.colab" not in sys.modules
+    start = time.perf_counter()
+    exec(compile(python, path.name, "exec"), {"get_ipython": lambda: called.append("get_ipython")})
+    assert not called and time.perf_counter() - start < 1.0
+
+
+ASKS = re.compile(r"\*\*(?:Why|Predict|Derive)\b")
+EXERCISE_HEADING = re.compile(r"###\s+Exercise\s+(\w+)")
+
+
+def exercise_sections(path: Path) -> dict[str, list[dict]]:
+    """The cells after each '### Exercise N' heading, up to the next heading, by N."""
+    sections, current = {}, None
+    for cell in cells(path):
+        text = "".join(cell["source"]).lstrip()
+        if cell["cell_type"] == "markdown" and text.startswith("#"):
+            match = EXERCISE_HEADING.match(text)
+            current = match.group(1) if match else None
+            if current:
+                sections[current] = [cell]
+        elif current:
+            sections[current].append(cell)
+    return sections
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_solutions_answer_the_questions_in_prose(path):
+    """An exercise that asks why, or to predict or derive first, has its answer in words in the solution:
+    a markdown cell of at least a few sentences, not only code."""
+    answered = exercise_sections(SOLUTIONS / path.name)
+    for number, part in exercise_sections(path).items():
+        if not any(cell["cell_type"] == "markdown" and ASKS.search("".join(cell["source"])) for cell in part):
+            continue
+        prose = [cell for cell in answered.get(number, []) if cell["cell_type"] == "markdown"
+                 and len("".join(cell["source"])) >= 150]
+        assert prose, f"solutions/{path.name}: exercise {number} asks why (or to predict, or derive): answer it in prose"
 
 
 # ---------------------------------------------------------------------------- each lesson runs once

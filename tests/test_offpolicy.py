@@ -163,6 +163,32 @@ def test_truncation_bootstraps_and_termination_does_not(name):
     assert got == pytest.approx(want, rel=1e-5)
 
 
+def test_soft_update_is_polyak_averaging():
+    """theta' <- tau theta + (1 - tau) theta' for every parameter (one _foreach_lerp_ call), tau = 1 a copy."""
+    source, target = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    expected = [t.detach() + 0.1 * (s.detach() - t.detach()) for t, s in zip(target.parameters(), source.parameters())]
+    podracer.agents.soft_update(target, source, 0.1)
+    for t, e in zip(target.parameters(), expected):
+        torch.testing.assert_close(t.detach(), e)
+    podracer.agents.soft_update(target, source, 1.0)
+    assert all(torch.equal(t, s) for t, s in zip(target.parameters(), source.parameters()))
+
+
+@pytest.mark.parametrize("name", ["td3", "ddpg"])
+def test_deterministic_agents_share_acting_and_groups(name):
+    """DDPG and TD3 act through ``DeterministicPolicyAgent`` and take ``OffPolicyAgent``'s actor and
+    critic groups: deterministic actions in the bounds, noisy ones clipped to them."""
+    from podracer.agents.offpolicy import DeterministicPolicyAgent
+
+    agent, env = small_agent(name, exploration_noise=5.0)  # noise far past the bounds
+    assert isinstance(agent, DeterministicPolicyAgent)
+    assert [g["name"] for g in agent.optimizer.param_groups] == ["actor", "critic"]
+    obs, _ = env.reset(seed=0)
+    mu, noisy = agent.act(obs, deterministic=True), agent.act(obs)
+    assert mu.shape == noisy.shape == (4, 1) and torch.equal(agent(obs), mu)
+    assert float(noisy.abs().max()) <= 2.0 and not torch.equal(noisy, mu)
+
+
 # ---------------------------------------------------------------------------- interface
 def small_agent(name: str, device: str = "cpu", **overrides: Any):
     env_cls = CartPoleVecEnv if name in DISCRETE else PendulumVecEnv

@@ -163,6 +163,19 @@ def test_losses_by_hand():
     assert vloss.item() == pytest.approx(0.5)
 
 
+def test_gaussian_log_prob_is_torch_distributions_normal():
+    """The update's written-out Gaussian log-probability and entropy are torch.distributions.Normal's,
+    to the bit (their gradients too: the same ops in the same order), so writing them out (no
+    distribution object per minibatch) changed no seeded result."""
+    agent = _tiny_agent(PendulumVecEnv(num_envs=2), log_std_init=0.3)
+    model = agent.model
+    obs, actions = torch.randn(64, 3), torch.randn(64, 1)
+    dist = torch.distributions.Normal(model.actor(obs), model.log_std.exp().expand(64, 1))
+    logprob, entropy = model.log_prob_entropy(obs, actions)
+    assert torch.equal(logprob, dist.log_prob(actions).sum(-1))
+    assert torch.equal(entropy, dist.entropy().sum(-1))
+
+
 # ---------------------------------------------------------------------------- interface
 def _tiny_agent(env: Any, seed: int = 0, **overrides: Any) -> PPO:
     cfg = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(16,))

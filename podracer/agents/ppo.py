@@ -138,22 +138,31 @@ class ActorCritic(nn.Module):
             return torch.distributions.Categorical(logits=out, validate_args=False)
         return torch.distributions.Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
-    def gaussian_log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """log N(a; mean, σ) summed over action dims, (B,), with σ = exp(log_std): the expression of
-        ``torch.distributions.Normal.log_prob``, the same numbers, on the (act_dim,) σ broadcast over
-        the batch, without building a distribution object at every minibatch step."""
-        std = self.log_std.exp()
-        return (-((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI).sum(-1)
-
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log π(a | s), (B,), and H(π(· | s)): (B,) for a categorical; for the Gaussian one scalar,
-        its σ being state-independent (summed over action dims)."""
+        """log π(a | s) and H(π(· | s)), each (B,) (summed over action dims for a Gaussian). The
+        Gaussian's are ``distribution``'s, written out (``gaussian_log_prob``): the same numbers and
+        gradients, to the bit, without a distribution object at every minibatch step."""
         out = self.actor(obs)
         if self.discrete:
             dist = torch.distributions.Categorical(logits=out, validate_args=False)
             return dist.log_prob(actions), dist.entropy()
-        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + self.log_std).sum()  # Normal.entropy, log σ = log_std
-        return self.gaussian_log_prob(out, actions), entropy
+        mean, std = self.gaussian(out)
+        log_prob = gaussian_log_prob(mean, std, actions)
+        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
+        return log_prob, entropy.sum(-1)
+
+    def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and σ = exp(log_std), each (B, act_dim), as ``distribution``'s
+        ``Normal`` holds them (broadcast together)."""
+        return torch.broadcast_tensors(out, self.log_std.exp().expand_as(out))
+
+
+def gaussian_log_prob(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log N(a; mean, σ) summed over action dims: (B, act_dim) inputs -> (B,). The expression of
+    ``torch.distributions.Normal.log_prob``, term by term in its order."""
+    var = std**2
+    log_scale = std.log()
+    return (-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(-1)
 
 
 # ---------------------------------------------------------------------------- rollout storage
@@ -343,13 +352,13 @@ class PPO(AgentBase):
             actions = dist.probs.argmax(-1) if deterministic else \
                 torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
             return actions, dist.log_prob(actions)
-        mean = self.model.actor(norm_obs)
+        mean, std = self.model.gaussian(self.model.actor(norm_obs))
         if deterministic:
             actions = mean
         else:
             noise = torch.randn(mean.shape, generator=self.generator, device=self.device)
-            actions = mean + self.model.log_std.exp() * noise
-        return actions, self.model.gaussian_log_prob(mean, actions)
+            actions = mean + std * noise
+        return actions, gaussian_log_prob(mean, std, actions)
 
     def _to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """Raw actions -> the env's action space: clipped and rescaled to the Box bounds."""
@@ -537,5 +546,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PPO", "PPOConfig", "ActorCritic", "RolloutBuffer", "Rollout", "compute_gae",
+__all__ = ["PPO", "PPOConfig", "ActorCritic", "RolloutBuffer", "Rollout", "compute_gae", "gaussian_log_prob",
            "discounted_returns", "policy_loss", "value_loss", "entropy_loss", "ppo_update"]
