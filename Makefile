@@ -64,8 +64,7 @@ SLIDES := build/slides
 slides: $(STAMP)
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m podracer.course slides --out $(SLIDES) \
 	  $(if $(EXECUTE),--execute) $(or $(LESSONS),notebooks/[0-9][0-9]_*.ipynb)
-	cp notebooks/GLOSSARY.md $(SLIDES)/
-	@echo "open $(SLIDES)/00_foundations.slides.html"
+	cp notebooks/GLOSSARY.md $(SLIDES)/  # the files above are what to open
 
 # FinRL's env file for benchmarks/stock_env.py: the package without its heavy dependencies,
 # in a folder of its own (never imported as a package, loaded by path).

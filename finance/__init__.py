@@ -20,12 +20,13 @@ from finance.market import MarketData, prepare_market, relative_features
 # Env: the batched stock-trading task (task "stock_trading") and portfolio allocation by target
 # weights (task "portfolio"), both with presets.
 from finance.env import StockTradingVecEnv
-from finance.portfolio_env import PortfolioVecEnv
+from finance.portfolio_env import PortfolioVecEnv, differential_sharpe
 from finance import presets as _presets
 
 # Backtest: a policy through a test period beside baselines, and the metrics table.
-from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold,
-                              compare, drawdown_durations, index_baseline, min_variance_weights, risk_metric_names)
+from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAndHoldPolicy, backtest,
+                              backtest_portfolio, buy_and_hold, compare, drawdown_durations, index_baseline,
+                              min_variance_weights, rebalanced, risk_metric_names)
 
 # Market model: fill timing, cost models and margin accounts for the env (docs/trading_realism.md);
 # compare_execution backtests one policy under each.
@@ -63,10 +64,11 @@ __all__ = [
     "DEFAULT_INDICATORS", "FeatureScaler", "MarketData", "add_features", "prepare_market", "relative_features",
     "split_by_date", "turbulence", "warmup_days",
     # env
-    "StockTradingVecEnv", "PortfolioVecEnv",
+    "StockTradingVecEnv", "PortfolioVecEnv", "differential_sharpe",
     # backtest
-    "METRICS", "BacktestResult", "BuyAndHoldPolicy", "backtest", "buy_and_hold", "compare", "index_baseline",
-    "min_variance_weights", "BENCHMARK_METRICS", "drawdown_durations", "risk_metric_names",
+    "METRICS", "BacktestResult", "BuyAndHoldPolicy", "backtest", "backtest_portfolio", "buy_and_hold", "compare",
+    "index_baseline", "min_variance_weights", "rebalanced", "BENCHMARK_METRICS", "drawdown_durations",
+    "risk_metric_names",
     # market model
     "BorrowFee", "CostModel", "FixedPerTrade", "HalfSpread", "Proportional", "SqrtImpact", "EXECUTIONS", "Margin",
     "compare_execution",

@@ -12,6 +12,10 @@ trades and costs, and the baselines:
   training window's daily returns (needs ``train_close``);
 - ``index``: a benchmark close series (e.g. the S&P 500) rescaled to the initial cash.
 
+``backtest(policy, portfolio_env)`` runs a ``PortfolioVecEnv`` policy the same way, in units of
+the env's initial value 1.0, beside the baselines that env trades: ``rebalanced`` to equal (and
+minimum-variance) weights at every close, with the env's costs and execution.
+
 Conventions shared by every series here: ``account_value[d]`` is the account marked at the
 close of day ``d`` *before* that day's trades (so day 0 is the initial cash and costs paid on
 day d show from day d+1); ``positions[d]`` are the shares held after day d's trades;
@@ -41,6 +45,7 @@ import torch
 from finance.data.checks import check_dates, check_number, check_numeric, check_prices
 from finance.trading_calendar import CalendarWarning, resolve_bars_per_year
 from finance.env import StockTradingVecEnv
+from finance.portfolio_env import PortfolioVecEnv, rebalance_remainder
 from podracer import as_policy
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown",
@@ -496,11 +501,11 @@ class BuyAndHoldPolicy:
 
 
 # ---------------------------------------------------------------------------- the backtest
-def _as_action(a: Any, env: StockTradingVecEnv) -> torch.Tensor:
-    """The policy's output as a float32 (1, S) tensor, or an error saying what it returned."""
-    S = env.num_stocks
-    expected = (f"actions of shape (1, {S}) in [-1, 1], a tensor or an array ((S,) = ({S},) is accepted), for obs "
-                f"of shape (1, {env.obs_dim})")
+def _as_action(a: Any, env: StockTradingVecEnv | PortfolioVecEnv) -> torch.Tensor:
+    """The policy's output as a float32 (1, A) tensor, or an error saying what it returned."""
+    S = env.single_action_space.shape[0]  # the stocks; the stocks and cash for a long-only PortfolioVecEnv
+    expected = (f"actions of shape (1, {S}) in [-1, 1], a tensor or an array (({S},) is accepted), for obs "
+                f"of shape (1, {env.single_observation_space.shape[0]})")
     if a is None:
         raise TypeError(f"the policy returned None; it must return {expected}. Is a `return` missing?")
     if not isinstance(a, torch.Tensor):
@@ -560,6 +565,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
         env_or_close: a ``StockTradingVecEnv`` (its data and trading rules are reused in a
             deterministic one-account copy, ``env.evaluation_env()``), or the test period's
             closes (dates x tickers), with ``features``/``turbulence``/``env_kwargs`` for the env.
+            A ``PortfolioVecEnv`` runs ``backtest_portfolio`` (its baselines are rebalanced).
         benchmark: a close series for the ``index`` baseline (e.g. ``finance.data.load_benchmark``).
         train_close: the training window's closes for the ``min_variance`` baseline.
         baselines: False skips all baselines.
@@ -571,6 +577,12 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
             same rules: with anything but the original model (fills at the observed close,
             proportional costs, cash account) they run as ``BuyAndHoldPolicy`` through the same env.
     """
+    if isinstance(env_or_close, PortfolioVecEnv):
+        if any(x is not None for x in (features, turbulence, costs)) or env_kwargs:
+            raise ValueError("backtest(policy, portfolio_env) takes the env's own data and rules: pass features and "
+                             "costs (cost_pct) when building the PortfolioVecEnv (execution= is the exception)")
+        return backtest_portfolio(policy, env_or_close, benchmark=benchmark, train_close=train_close, name=name,
+                                  bars_per_year=bars_per_year, baselines=baselines, execution=execution)
     rules = {key: value for key, value in (("execution", execution), ("costs", costs)) if value is not None}
     if isinstance(env_or_close, StockTradingVecEnv):
         if features is not None or turbulence is not None or env_kwargs:
@@ -611,6 +623,115 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
             result.baselines["min_variance"] = hold(min_variance_weights(train_close[tickers]), "min_variance")
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, dates, ic, "index", bars_per_year)
+    return result
+
+
+# ---------------------------------------------------------------------------- target-weight portfolios
+def rebalanced(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, cost_pct: float = 1e-3,
+               execution: str = "close", name: str = "rebalanced", bars_per_year: int | None = None) -> BacktestResult:
+    """Rebalance to the constant ``weights`` (one per stock, the rest in cash) at every close, paying
+    ``cost_pct`` of the traded value, from 1.0 in cash: the constant-mix portfolio as ``PortfolioVecEnv``
+    trades it (``execution="next_close"``: the first trade is at day 1's close, as a one-bar delay puts it).
+
+    Closed form, with ``g_d = close[d+1] / close[d]`` and ``G_d = w . g_d + w_cash`` the mix's growth
+    over day d: before the trade at close d the prices have drifted the stock weights to
+    ``w' = w * g_{d-1} / G_{d-1}`` (all cash before the first trade); the fraction of the account left
+    after costs, ``mu_d``, solves ``mu = 1 - c * sum_i |mu * w_i - w'_i|`` (Jiang et al. 2017;
+    ``finance.portfolio_env.rebalance_remainder``), and ``V_{d+1} = V_d * mu_d * G_d``. Positions
+    are shares of the unit account, not rounded; no trade on the last day.
+    """
+    w = _check_weights(weights, close.shape[1])
+    _, cost_pct = _check_cash_and_costs(1.0, cost_pct)
+    if execution not in ("close", "next_close"):
+        raise ValueError(f"execution must be 'close' or 'next_close' (PortfolioVecEnv's), got {execution!r}")
+    p = _check_close(close, "close")
+    D, S = p.shape
+    first = 0 if execution == "close" else 1  # the first trade day
+    g = p[1:] / p[:-1]  # (D-1, S)
+    growth = g @ w + (1.0 - w.sum())  # (D-1,) the rebalanced mix over day d
+    drifted = np.zeros((D - 1, S))  # stock weights before the trade at close d
+    drifted[first + 1:] = (w * g / growth[:, None])[first:D - 2]
+    mu = np.ones(D - 1)
+    mu[first:] = rebalance_remainder(torch.as_tensor(np.broadcast_to(w, (D - 1 - first, S)).copy()),
+                                     torch.as_tensor(drifted[first:]), cost_pct).numpy()
+    factor = np.where(np.arange(D - 1) >= first, mu * growth, 1.0)  # all cash before the first trade
+    value = np.r_[1.0, np.cumprod(factor)]
+    traded = np.arange(D - 1) >= first
+    costs = np.r_[np.where(traded, value[:-1] * (1.0 - mu), 0.0), 0.0]
+    positions = np.zeros((D, S))
+    positions[:-1][traded] = ((value[:-1] * mu)[:, None] * w / p[:-1])[traded]
+    positions[-1] = positions[-2]
+    held = pd.DataFrame(positions, index=close.index, columns=close.columns)
+    return BacktestResult(name, pd.Series(value, index=close.index, name=name), held, held.diff().fillna(held),
+                          pd.Series(costs, index=close.index, name="costs"), close, bars_per_year=bars_per_year)
+
+
+def play_portfolio(policy: Any, env: PortfolioVecEnv) -> dict[str, np.ndarray]:
+    """One episode of ``policy`` on a one-account ``PortfolioVecEnv`` from its first day to its last,
+    arranged by the day each trade fills (``BacktestResult``'s conventions): ``values`` (D,) at each
+    close before its trade, ``holdings`` (D, S) shares after it, ``costs`` (D,). With
+    ``execution="next_close"`` step k trades at close k + 1, and the last step's trade, at the last
+    close, is left out: the backtest ends before it. A long-short account that goes bust stays at
+    its value, with no positions, to the end."""
+    act = as_policy(policy)
+    D, S = env.num_days, env.num_stocks
+    lag = int(env.execution == "next_close")
+    values, holdings, costs = np.ones(D), np.zeros((D, S)), np.zeros(D)
+    obs, _ = env.reset()
+    for k in range(D - 1):
+        obs, _, terminated, _, info = env.step(_as_action(act(obs), env))
+        cost = info["costs"].item()
+        values[k + 1] = info["account_value"].item() + lag * cost  # before the trade at close k + 1
+        if k + lag < D - 1:
+            costs[k + lag], holdings[k + lag] = cost, info["holdings"][0].cpu().numpy()
+        if bool(terminated.any()):
+            values[k + 1:], holdings[k + 1:], costs[k + 1:] = values[k + 1], 0.0, 0.0
+            break
+    else:
+        holdings[-1] = holdings[-2]  # held through the last day
+    return {"values": values, "holdings": holdings, "costs": costs}
+
+
+@torch.no_grad()
+def backtest_portfolio(policy: Any, env: PortfolioVecEnv, *, benchmark: pd.Series | None = None,
+                       train_close: pd.DataFrame | None = None, name: str = "policy",
+                       bars_per_year: int | None = None, baselines: bool = True,
+                       execution: str | None = None) -> BacktestResult:
+    """``backtest`` for a ``PortfolioVecEnv``: ``policy`` (an agent or a callable ``obs -> actions``)
+    through ``env.evaluation_env()`` from the first day to the last, in units of the initial value 1.0.
+
+    The result is a ``BacktestResult`` like the stock env's (``metrics``, ``compare``, ``plot``):
+    ``positions`` in shares of value 1.0, ``trades`` their changes, ``costs`` the env's; ``weights()``
+    are the target weights of each trade. Each step's borrow fee (long-short) is in the account
+    value, not in ``costs``. Baselines, under the env's ``cost_pct`` and execution:
+    ``equal_weight`` (``rebalanced`` to 1/S in each stock), ``min_variance`` (rebalanced to
+    ``min_variance_weights(train_close)``, with ``train_close``), ``index`` (with ``benchmark``).
+    ``execution`` (``"close"``, ``"next_close"``) overrides the env's.
+    """
+    if not isinstance(env, PortfolioVecEnv):
+        raise TypeError(f"backtest_portfolio runs a PortfolioVecEnv, got {type(env).__name__}; use backtest for "
+                        "a StockTradingVecEnv")
+    env = env.evaluation_env(**({} if execution is None else {"execution": execution}))
+    if baselines and train_close is not None:  # before the run, not after it
+        missing = [t for t in env.tickers if t not in getattr(train_close, "columns", ())]
+        if missing:
+            raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
+                             "closes of the same tickers")
+    run = play_portfolio(policy, env)
+    close, dates = env.close_frame(), env.dates
+    positions = pd.DataFrame(run["holdings"], index=dates, columns=env.tickers)
+    result = BacktestResult(name, pd.Series(run["values"], index=dates, name=name), positions,
+                            positions.diff().fillna(positions), pd.Series(run["costs"], index=dates, name="costs"),
+                            close, bars_per_year=bars_per_year)
+    if baselines:
+        rules = dict(cost_pct=env.cost_pct, execution=env.execution, bars_per_year=result.bars_per_year)
+        S = env.num_stocks
+        result.baselines["equal_weight"] = rebalanced(close, np.full(S, 1.0 / S), name="equal_weight", **rules)
+        if train_close is not None:
+            w = min_variance_weights(train_close[list(env.tickers)])
+            result.baselines["min_variance"] = rebalanced(close, w, name="min_variance", **rules)
+        if benchmark is not None:
+            result.baselines["index"] = index_baseline(benchmark, dates, 1.0, "index", result.bars_per_year)
     return result
 
 

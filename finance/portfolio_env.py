@@ -35,7 +35,9 @@ fee, ``borrow_rate / periods_per_year`` of the shorted value per step, from cash
 Timing: ``execution="close"`` trades at the close the policy just observed (optimistic, as
 ``StockTradingVecEnv`` by default); ``"next_close"`` holds the old positions through the next
 day and trades at its close (the realistic one-bar delay). The reward compares the account value
-after the step's trade and mark with the value before it.
+after the step's trade and mark with the value before it. Either way an episode over the whole
+data is ``T - 1`` steps: with ``"next_close"`` the last step's trade, at the last close, pays its
+costs and is never marked.
 
 Rewards (``reward=``)
 ---------------------
@@ -45,12 +47,11 @@ With ``r = V_{t+1} / V_t - 1`` the step's simple return:
   growth of the account, which a discounted sum approximates.
 - ``"value_change"``: ``r * V_t / V_0``, the change in value in units of the initial value
   (what ``StockTradingVecEnv`` pays).
-- ``"differential_sharpe"`` (Moody and Saffell 2001): with exponential moving estimates of the first
-  and second moments of r, ``A_t = A_{t-1} + eta (r - A_{t-1})``, ``B_t = B_{t-1} + eta (r^2 - B_{t-1})``,
-  the reward is ``D_t = (B_{t-1} dA - A_{t-1} dB / 2) / (B_{t-1} - A_{t-1}^2)^(3/2)``, ``dA = r - A_{t-1}``,
-  ``dB = r^2 - B_{t-1}``: the first-order effect of this step's return on a Sharpe ratio with
-  decay ``eta``. ``A_0 = 0`` and ``B_0 = dsr_init_var`` (a daily variance) so the first steps are
-  defined.
+- ``"differential_sharpe"`` (Moody and Saffell 2001): ``D_t`` of ``differential_sharpe`` (its
+  docstring has the formula), the first-order effect of this step's return on a Sharpe ratio of
+  exponential moving moments with decay ``dsr_eta``; ``A_0 = 0`` and ``B_0 = dsr_init_var`` (a
+  daily variance) so the first steps are defined. Each account carries its ``A_t``, ``B_t``
+  through its episode.
 - ``"drawdown_penalty"``: ``log(1 + r) - risk_penalty * (DD_{t+1} - DD_t)^+``, where
   ``DD = 1 - V / max V`` is the drawdown this episode: deepening a drawdown costs extra.
 - ``"volatility_penalty"``: ``log(1 + r) - risk_penalty * (r - A_{t-1})^2``, a mean-variance utility
@@ -101,6 +102,61 @@ def rebalance_remainder(target: torch.Tensor, drifted: torch.Tensor, cost_pct: f
     for _ in range(COST_ITERATIONS - 1):
         mu = 1.0 - cost_pct * (mu[:, None] * target - drifted).abs().sum(1)
     return mu
+
+
+def differential_sharpe_step(r: torch.Tensor, mean: torch.Tensor, second: torch.Tensor, eta: float
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of ``differential_sharpe``: ``(D_t, A_t, B_t)`` from the returns ``r`` and
+    ``A_{t-1}``, ``B_{t-1}`` (tensors of one shape). The env's reward calls it."""
+    dA, dB = r - mean, r * r - second
+    variance = (second - mean * mean).clamp(min=1e-12)  # > 0 when B_0 > A_0^2 (Jensen); the floor guards round-off
+    return (second * dA - 0.5 * mean * dB) / variance ** 1.5, mean + eta * dA, second + eta * dB
+
+
+def differential_sharpe(returns: ArrayLike | torch.Tensor, eta: float = 0.01, init_mean: float = 0.0,
+                        init_second: float = 1e-4) -> np.ndarray | pd.Series | torch.Tensor:
+    """The differential Sharpe ratio ``D_t`` of Moody and Saffell (2001, "Learning to Trade via Direct
+    Reinforcement", IEEE Trans. Neural Networks 12(4)) for each return of ``returns``.
+
+    With ``R_t`` the return of step t and exponential moving estimates of its first and second moments,
+    ``A_t = A_{t-1} + eta dA_t`` and ``B_t = B_{t-1} + eta dB_t``, where ``dA_t = R_t - A_{t-1}`` and
+    ``dB_t = R_t^2 - B_{t-1}``::
+
+        D_t = (B_{t-1} dA_t - A_{t-1} dB_t / 2) / (B_{t-1} - A_{t-1}^2)^(3/2)
+
+    ``D_t`` is ``dS_t / d eta`` at ``eta = 0`` for the moving Sharpe ratio ``S_t = A_t / sqrt(B_t - A_t^2)``:
+    how much this return raises the Sharpe ratio, so ``S_t ~ S_{t-1} + eta D_t``. A reward of ``D_t``
+    per step trains for risk-adjusted return online.
+
+    Args:
+        returns: (T,) or (T, N) per-step simple returns, time first (an array, a Series or a tensor).
+        eta: the moments' decay, in (0, 1) (0.01 ~ a 100-step memory).
+        init_mean, init_second: ``A_0`` and ``B_0``; ``B_0 > A_0^2`` (a prior variance) keeps the first
+            ``D_t`` finite.
+
+    Returns ``D`` of the shape of ``returns``: a tensor for a tensor, a Series for a Series, else an array.
+    """
+    eta, a0 = check_number(eta, "eta"), check_number(init_mean, "init_mean")
+    b0 = check_number(init_second, "init_second")
+    if not 0 < eta < 1:
+        raise ValueError(f"eta must be in (0, 1) (the moments' decay; 0.01 ~ a 100-step memory), got {eta}")
+    if b0 <= a0 * a0:
+        raise ValueError(f"init_second must exceed init_mean^2 (B_0 - A_0^2 is the prior variance), got B_0={b0}, "
+                         f"A_0={a0}; the default B_0=1e-4 is a 1% daily volatility")
+    r = returns if isinstance(returns, torch.Tensor) else torch.as_tensor(np.array(returns, dtype=np.float64))
+    if r.dim() not in (1, 2):
+        raise ValueError(f"returns must be a (T,) or (T, N) series of per-step returns, got shape {tuple(r.shape)}")
+    if not bool(torch.isfinite(r).all()):
+        raise ValueError("returns has NaN or inf; drop or fill them before computing the differential Sharpe ratio")
+    mean, second = torch.full_like(r[0], a0), torch.full_like(r[0], b0)
+    out = torch.empty_like(r)
+    for t in range(len(r)):
+        out[t], mean, second = differential_sharpe_step(r[t], mean, second, eta)
+    if isinstance(returns, torch.Tensor):
+        return out
+    if isinstance(returns, pd.Series):
+        return pd.Series(out.numpy(), index=returns.index, name="differential_sharpe")
+    return out.numpy()
 
 
 class PortfolioVecEnv(TensorVecEnv):
@@ -201,11 +257,8 @@ class PortfolioVecEnv(TensorVecEnv):
         self.reward, self.execution, self.dtype = reward, execution, dtype
 
     def _set_episodes(self, episode_length: Any, random_start: Any) -> None:
-        """Episode length and start days: ``next_close`` needs one more day after the last step."""
-        lag = 1 if self.execution == "next_close" else 0
-        last = self.num_days - 1 - lag  # steps from day 0 to the last day that can still be marked
-        if last < 1:
-            raise ValueError(f"{self.num_days} days are too few for execution={self.execution!r}")
+        """Episode length and start days: a step moves one day, under either execution."""
+        last = self.num_days - 1  # steps from day 0 to the last day
         if episode_length is not None:
             episode_length = check_int(episode_length, "episode_length", low=1, high=last)
         self.random_start = _check_flag(random_start, "random_start")
@@ -213,8 +266,7 @@ class PortfolioVecEnv(TensorVecEnv):
             raise ValueError("random_start=True needs episode_length (steps per episode), e.g. episode_length=252")
         self.episode_length = episode_length
         self._max_steps = episode_length if episode_length is not None else last
-        self._max_start = self.num_days - 1 - lag - self._max_steps
-        self._lag = lag
+        self._max_start = self.num_days - 1 - self._max_steps
 
     def _set_data(self, close_np: np.ndarray, close: Any, features: Any) -> None:
         T, S, W, dev = self.num_days, self.num_stocks, self.window, self.device
@@ -298,19 +350,22 @@ class PortfolioVecEnv(TensorVecEnv):
         """Rebalance to the target weights (now or at the next close), mark at the next close.
 
         ``info``: ``account_value`` (N,) after the step, ``weights`` (N, S+1) after drift,
-        ``costs``, ``traded_value``, ``borrow_fee``, ``turnover`` (traded value / value before)
-        and ``total_costs`` this episode, ``day``, plus ``final_obs`` / ``_final_obs``."""
+        ``holdings`` (N, S) shares held after the step's trade (value per price, the initial value
+        being 1.0; ``finance.backtest`` reads them), ``costs``, ``traded_value``, ``borrow_fee``,
+        ``turnover`` (traded value / value before) and ``total_costs`` this episode, ``day``, plus
+        ``final_obs`` / ``_final_obs``."""
         self._check(actions)
         target = target_weights(actions.to(self.dtype), self.long_short, self.gross_limit, self.logit_scale)
         value0 = self.value
+        day = self.day + 1
         if self.execution == "close":
             value, costs, traded = self._trade(value0, self.weights, target)
+            holdings = value[:, None] * target[:, :-1] / self.close_prices.index_select(0, self.day)
             value, weights, fee = self._hold(value, target, self.day)
-            day = self.day + 1
         else:  # hold yesterday's positions one more day, trade at that close
             value, weights, fee = self._hold(value0, self.weights, self.day)
-            day = self.day + 1
             value, costs, traded = self._trade(value, weights, target)
+            holdings = value[:, None] * target[:, :-1] / self.close_prices.index_select(0, day)
             weights = target
         rewards = self._reward(value0, value)
         bust = value <= 0
@@ -318,8 +373,9 @@ class PortfolioVecEnv(TensorVecEnv):
         truncated = (elapsed >= self._max_steps) & ~bust
         terminated = bust
         total_costs = self.total_costs + costs
-        info = {"account_value": value, "weights": weights, "costs": costs, "traded_value": traded,
-                "borrow_fee": fee, "turnover": traded / value0, "total_costs": total_costs, "day": day}
+        info = {"account_value": value, "weights": weights, "holdings": holdings, "costs": costs,
+                "traded_value": traded, "borrow_fee": fee, "turnover": traded / value0, "total_costs": total_costs,
+                "day": day}
         final_obs = self._observe(weights, day)
         self.value, self.weights, self.day, self.elapsed, self.total_costs = value, weights, day, elapsed, total_costs
         obs = self._autoreset(terminated | truncated, final_obs)
@@ -330,12 +386,12 @@ class PortfolioVecEnv(TensorVecEnv):
         """The step's reward (module doc); updates the moving moments and the peak."""
         r = value / value0 - 1.0
         log_r = torch.log(value.clamp(min=1e-12) / value0)
-        mean, second = self.mean, self.second
+        mean = self.mean
+        dsr, self.mean, self.second = differential_sharpe_step(r, mean, self.second, self.dsr_eta)
         if self.reward == "value_change":
             out = value - value0  # the initial value is 1.0
         elif self.reward == "differential_sharpe":
-            dA, dB = r - mean, r * r - second
-            out = (second * dA - 0.5 * mean * dB) / (second - mean * mean).clamp(min=1e-12) ** 1.5
+            out = dsr
         elif self.reward == "drawdown_penalty":
             peak = torch.maximum(self.peak, value)
             deeper = (1.0 - value / peak) - (1.0 - value0 / self.peak)
@@ -344,8 +400,6 @@ class PortfolioVecEnv(TensorVecEnv):
             out = log_r - self.risk_penalty * (r - mean) ** 2
         else:
             out = log_r
-        self.mean = mean + self.dsr_eta * (r - mean)
-        self.second = second + self.dsr_eta * (r * r - second)
         self.peak = torch.maximum(self.peak, value)
         return (out * self.reward_scale).float()
 

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from finance.portfolio_env import PortfolioVecEnv, rebalance_remainder, target_weights
+import finance
+from finance.backtest import BacktestResult, backtest, compare, rebalanced
+from finance.portfolio_env import PortfolioVecEnv, differential_sharpe, rebalance_remainder, target_weights
 from podracer.envs import check_env
 
 
@@ -175,11 +177,50 @@ def test_log_return_rewards_sum_to_log_growth_and_dsr_follows_its_formula():
     v = np.array(values)
     assert rewards["log_return"].sum() == pytest.approx(math.log(v[-1]), rel=1e-5)
     np.testing.assert_allclose(rewards["value_change"], np.diff(v), rtol=1e-5, atol=1e-7)
-    A, B, eta = 0.0, 1e-4, 0.05  # Moody and Saffell (2001), eq. for D_t
-    for r, d in zip(v[1:] / v[:-1] - 1, rewards["differential_sharpe"]):
-        expected = (B * (r - A) - 0.5 * A * (r * r - B)) / (B - A * A) ** 1.5
-        assert d == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    expected = differential_sharpe(v[1:] / v[:-1] - 1, eta=0.05, init_second=1e-4)
+    np.testing.assert_allclose(rewards["differential_sharpe"], expected, rtol=1e-4, atol=1e-6)
+
+
+def moody_saffell(returns: np.ndarray, eta: float, A: float = 0.0, B: float = 1e-4) -> list[float]:
+    """D_t written out from Moody and Saffell (2001), in plain floats."""
+    out = []
+    for r in returns:
+        out.append((B * (r - A) - 0.5 * A * (r * r - B)) / (B - A * A) ** 1.5)
         A, B = A + eta * (r - A), B + eta * (r * r - B)
+    return out
+
+
+def test_differential_sharpe_is_the_papers_and_the_derivative_of_the_moving_sharpe():
+    r = np.random.default_rng(10).normal(0.0005, 0.01, 300)
+    d = differential_sharpe(r, eta=0.02)
+    np.testing.assert_allclose(d, moody_saffell(r, 0.02), rtol=1e-12, atol=1e-15)
+    # D_t = dS_t/d eta at eta = 0, S = A / sqrt(B - A^2) of the moments after R_t (central difference in eta)
+    A, B = 0.0, 1e-4
+    for t in range(300):
+        sharpe = [(A + h * (r[t] - A)) / np.sqrt(B + h * (r[t] ** 2 - B) - (A + h * (r[t] - A)) ** 2)
+                  for h in (1e-6, -1e-6)]
+        assert d[t] == pytest.approx((sharpe[0] - sharpe[1]) / 2e-6, rel=1e-6, abs=1e-9)
+        A, B = A + 0.02 * (r[t] - A), B + 0.02 * (r[t] ** 2 - B)
+    # one implementation for every container: (T, N) tensors column by column, Series keep their dates
+    both = differential_sharpe(torch.tensor(np.stack([r, -r], 1)), eta=0.02)
+    np.testing.assert_allclose(both[:, 1].numpy(), moody_saffell(-r, 0.02), rtol=1e-12, atol=1e-15)
+    dates = pd.bdate_range("2020-01-01", periods=300)
+    assert differential_sharpe(pd.Series(r, index=dates), eta=0.02).index.equals(dates)
+    with pytest.raises(ValueError, match="init_second must exceed"):
+        differential_sharpe(r, init_mean=0.1, init_second=1e-4)
+    with pytest.raises(ValueError, match="eta must be in"):
+        differential_sharpe(r, eta=1.5)
+
+
+def test_env_reward_is_the_differential_sharpe_of_a_known_return_path():
+    """All in one stock (softmax weight 1 - e^-100), no costs: the account's returns are the stock's."""
+    r = np.array([0.01, -0.02, 0.005, 0.03, -0.01, 0.0, 0.015, -0.005, 0.02, -0.03])
+    close = pd.DataFrame({"A": 100 * np.cumprod(np.r_[1.0, 1 + r])}, index=pd.bdate_range("2021-01-01", periods=11))
+    env = PortfolioVecEnv(close, reward="differential_sharpe", dsr_eta=0.1, cost_pct=0.0, logit_scale=50.0, window=1)
+    env.reset()
+    rewards = [env.step(torch.tensor([[1.0, -1.0]]))[1].item() for _ in range(10)]
+    np.testing.assert_allclose(rewards, differential_sharpe(r, eta=0.1), rtol=1e-5)
+    np.testing.assert_allclose(rewards, moody_saffell(r, 0.1), rtol=1e-5)
 
 
 def test_drawdown_penalty_costs_only_when_the_drawdown_deepens():
@@ -236,6 +277,69 @@ def test_wrong_action_shape_is_named():
         env.step(torch.zeros(2, 2))  # long-only: stocks and cash
 
 
+def random_policy(S: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return lambda obs: torch.rand(1, S, generator=g) * 2 - 1
+
+
+@pytest.mark.parametrize("execution", ["close", "next_close"])
+@pytest.mark.parametrize("long_short", [False, True])
+def test_backtest_keeps_the_books(execution, long_short):
+    """value[d+1] = value[d] - costs[d] + positions[d] . (close[d+1] - close[d]); costs are cost_pct of
+    the traded value; the weights are those the policy asked for; the final value is the env's."""
+    close = random_close(80, 4, seed=11)
+    env = PortfolioVecEnv(close, cost_pct=2e-3, execution=execution, long_short=long_short, gross_limit=1.5)
+    res = backtest(random_policy(4 if long_short else 5, 12), env)
+    assert isinstance(res, BacktestResult) and res.account_value.index.equals(close.index)
+    v, pos, c, p = res.account_value.to_numpy(), res.positions.to_numpy(), res.costs.to_numpy(), close.to_numpy()
+    change = v[:-1] - c[:-1] + (pos[:-1] * (p[1:] - p[:-1])).sum(1)
+    np.testing.assert_allclose(v[1:], change, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(c, 2e-3 * res.traded_value().to_numpy(), rtol=1e-9, atol=1e-15)
+    gross = res.weights().abs().sum(axis=1).to_numpy()
+    traded = res.trades.abs().sum(axis=1).to_numpy() > 0
+    assert traded.sum() == len(v) - 1 - (execution == "next_close")  # every day but the last (and the first)
+    assert (gross[traded] <= (1.5 if long_short else 1.0) + 1e-9).all()
+    env_run = env.evaluation_env()
+    play = random_policy(4 if long_short else 5, 12)
+    obs, _ = env_run.reset()
+    for _ in range(len(v) - 1):
+        obs, _, _, _, info = env_run.step(play(obs))
+    final = info["account_value"].item() + (info["costs"].item() if execution == "next_close" else 0.0)
+    assert v[-1] == pytest.approx(final, rel=1e-12)  # next_close: before the last close's trade
+
+
+@pytest.mark.parametrize("execution", ["close", "next_close"])
+def test_equal_weight_actions_reproduce_the_rebalanced_baseline(execution):
+    close = random_close(120, 4, seed=13)
+    env = PortfolioVecEnv(close, cost_pct=1e-3, execution=execution, long_short=True)  # a = w: |a|_1 = 1, no cash
+    res = backtest(lambda obs: torch.full((1, 4), 0.25), env, name="constant")
+    base = res.baselines["equal_weight"]
+    np.testing.assert_allclose(res.account_value.to_numpy(), base.account_value.to_numpy(), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(res.positions.to_numpy(), base.positions.to_numpy(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(res.costs.to_numpy(), base.costs.to_numpy(), rtol=1e-6, atol=1e-12)
+    assert base.account_value.iloc[-1] < rebalanced(close, [0.25] * 4, 0.0, execution).account_value.iloc[-1]
+    table = compare(res)
+    assert list(table.index) == ["constant", "equal_weight"]
+    assert table.loc["constant", "sharpe"] == pytest.approx(table.loc["equal_weight", "sharpe"], rel=1e-6)
+    assert res.metrics(benchmark="equal_weight")["tracking_error"] < 1e-6
+
+
+def test_portfolio_backtest_baselines_and_plot():
+    close = random_close(300, 3, seed=14)
+    env = PortfolioVecEnv(close.iloc[200:], window=5)
+    bench = close["S0"].rename("bench")
+    res = backtest(random_policy(4, 15), env, train_close=close.iloc[:200], benchmark=bench)
+    assert list(res.baselines) == ["equal_weight", "min_variance", "index"]
+    assert res.baselines["index"].account_value.iloc[0] == 1.0
+    fig = res.plot()
+    assert len(fig.axes) >= 4
+    with pytest.raises(ValueError, match="when building the PortfolioVecEnv"):
+        backtest(random_policy(4, 15), env, costs=1e-3)
+    with pytest.raises(ValueError, match=r"shape \(1, 3\); expected actions of shape \(1, 4\)"):
+        backtest(lambda obs: torch.zeros(1, 3), env)
+    assert finance.differential_sharpe is differential_sharpe
+
+
 def regime_close(T: int, seed: int) -> pd.DataFrame:
     """Stock A trends up or down in regimes that persist (switch with probability 0.1 a day),
     its daily drift 1% against 0.5% noise; B is noise. Seeing A's last return is enough to
@@ -271,3 +375,23 @@ def test_ppo_preset_learns_the_regimes_out_of_sample():
     learned = podracer.evaluate(agent, test, seed=0)["eval/return_mean"]
     assert oracle > 100 and equal < 0  # the market is as described
     assert learned > 0.7 * oracle, (learned, oracle, equal)
+
+
+@pytest.mark.slow
+def test_sac_preset_beats_equal_weight_out_of_sample():
+    import podracer
+
+    preset = podracer.get_preset("sac", "portfolio")
+    env = PortfolioVecEnv(regime_close(3000, 0), num_envs=preset.num_envs, window=5, episode_length=64,
+                          random_start=True, seed=0)
+    test = PortfolioVecEnv(regime_close(300, 1), window=5)  # another draw of the same market
+    equal = episode_return(test, lambda o: torch.tensor([[0.0, 0, -1]]))
+    agent = podracer.make_agent("sac", env, seed=0)  # the "portfolio" preset
+    agent, _ = podracer.train(agent, env, seed=0, progress=False)  # and its step budget
+    learned = podracer.evaluate(agent, test, seed=0)["eval/return_mean"]
+    assert equal < 0  # the market is as described
+    assert learned > equal + 50, (learned, equal)  # 100 x log growth: 0.5 more, over 300 days
+    result = backtest(agent, test)  # against equal weights rebalanced daily, in the same backtest
+    growth = np.log(result.account_value.iloc[-1] / result.baselines["equal_weight"].account_value.iloc[-1])
+    assert growth > 0.5, growth
+
