@@ -26,8 +26,9 @@ demo: $(STAMP)
 # lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
 # Both lanes run on WORKERS pytest processes (pytest-xdist; one per core of the 2-core CI machine). Every test is
 # single-threaded and seeded, so results do not depend on which worker runs it; tests that start process trees or
-# servers that could collide (Ray, the tournament kill tests, Jupyter kernels: every notebook, a browser) run one at a time on one worker
-# (conftest.py, PROCESSES), so no two of them race for ports, for CPUs a Ray reserves or for a kill test's timing.
+# servers that could collide (Ray, tournaments and their kill tests, the lessons that start pods or a Ray, a browser) run
+# one at a time on one worker (conftest.py, PROCESSES), so no two of them race for ports, for CPUs a Ray reserves or for
+# a kill test's timing; the other lessons spread over both workers.
 WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports

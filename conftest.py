@@ -13,8 +13,9 @@ This file sits at the root, not in notebooks/: the tests import ``from conftest 
 (tests/conftest.py), and pytest keeps one module named ``conftest`` for directories that are not
 packages, the one it loaded last; the root's loads first, so tests/conftest.py keeps the name.
 
-Notebooks are ``slow`` (``make check`` deselects them with ``-m "not slow"``; see pyproject.toml), and
-under ``pytest -n`` they run one at a time with the other tests that start processes (below).
+Notebooks are ``slow`` (``make check`` deselects them with ``-m "not slow"``; see pyproject.toml); under
+``pytest -n`` the lessons that start pods or a Ray run one at a time with the other tests that start
+processes (below), the others spread over the workers.
 """
 
 from __future__ import annotations
@@ -67,14 +68,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
 # servers that could collide run one at a time, on one worker, as one scope: Ray nodes and local
-# Rays (a README block that starts one says so in its id), the tournament tests that kill pods and
-# drivers, Jupyter kernels (every notebook, the kernel test, the browser's JupyterLab). Two of them
-# at once would race for ports, for the CPUs a Ray reserves, and for the kill tests' timing. Every
-# other test is its own scope, spread over the workers. (A path list, not xdist_group markers:
+# Rays (a README block that starts one says so in its id; lesson 11), the tournaments that start
+# pods (lessons 09 and 10) and the tests that kill pods and drivers, the browser's JupyterLab. Two of
+# them at once would race for ports, for the CPUs a Ray reserves, and for the kill tests' timing.
+# Every other test is its own scope, spread over the workers: the other lessons too (a Jupyter
+# kernel binds ports the OS hands out, and the kernels get one thread each, see above), so the
+# one-at-a-time scope is not the whole run's critical path. (A path list, not xdist_group markers:
 # pytest-xdist 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
-PROCESSES = ("notebooks/", "tests/test_ray_backend.py", "tests/test_tournament.py", "tests/test_notebook_browser.py",
-             "tests/test_storage.py", "tests/test_cluster_faults.py",
-             "tests/test_course.py::test_run_lesson")
+PROCESSES = ("notebooks/09_", "notebooks/10_", "notebooks/11_", "notebooks/solutions/09_", "notebooks/solutions/10_",
+             "notebooks/solutions/11_", "tests/test_ray_backend.py", "tests/test_tournament.py",
+             "tests/test_notebook_browser.py", "tests/test_storage.py", "tests/test_cluster_faults.py")
 
 
 def _in_processes(nodeid: str) -> bool:

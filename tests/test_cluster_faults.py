@@ -8,20 +8,25 @@ driver's failure counting with a scripted backend, ...). One slow test runs them
 cluster on loopback: a head of 1 CPU and a node of 3, pods=4 with max_failures=0 (one counted
 failure ends the run): the node is SIGKILLed with 3 pods mid-generation, started again, its 3 new
 pods killed with it a second time, and the leaderboard server is killed in between while the pods
-call it. The board ends with exactly its budget. Every Ray process started here is stopped, by
-session id (see tests/test_ray_backend.py).
+call it. The board ends with exactly its budget. Another runs pods="auto" on a head with an
+autoscaler (Ray's fake multinode provider) and sees the run grow as the nodes it asked for arrive.
+Every Ray process started here is stopped, by session id (see tests/test_ray_backend.py).
 """
 
 import contextlib
 import functools
 import importlib
+import json
 import math
 import multiprocessing as mp
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from types import SimpleNamespace
@@ -36,8 +41,8 @@ ray = pytest.importorskip("ray")
 from ray.core.generated import common_pb2  # noqa: E402
 
 from podracer.tournament import ray_backend  # noqa: E402
-from test_ray_backend import (HELD_CODE, HELD_MODULE, TINY_PPO, LoopbackCluster, _killpg,  # noqa: E402
-                              _sessions_under, assert_consistent, make_small_eval_env, wait_for)
+from test_ray_backend import (HELD_CODE, HELD_MODULE, NODE_PORTS, TINY_PPO, LoopbackCluster, _free_port,  # noqa: E402
+                              _killpg, _sessions_under, _wait_gone, assert_consistent, make_small_eval_env, wait_for)
 
 make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
 
@@ -242,6 +247,9 @@ def spot_cluster(tmp_path, monkeypatch):
         sys.modules.pop(HELD_MODULE, None)
 
 
+STEPS = 1024  # env steps per generation: 4 rollouts of TINY_PPO's 16 envs x 16 steps
+
+
 def _in_flight(store) -> dict[int, int]:
     """pod -> ticket of the generations in flight."""
     with contextlib.closing(sqlite3.connect(store / "board.sqlite")) as db:
@@ -259,10 +267,11 @@ def _pods_on(board: Leaderboard, node: str) -> set[int]:
 
 
 def _metric(port: int, name: str) -> dict[str, float]:
-    """pod tag -> value of the Ray metric ``name`` on a node's Prometheus endpoint ({} before any)."""
-    host = ray.util.get_node_ip_address()
+    """pod tag -> value of the Ray metric ``name`` on a node's Prometheus endpoint ({} before any).
+    On 127.0.0.1: a node's metrics agent listens on every interface, or on loopback only when the
+    node's address is loopback (a machine without a network), so loopback reaches it either way."""
     with contextlib.suppress(OSError):
-        text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         pattern = rf'^ray_{name}(?:_total)?{{[^}}]*pod="(\d+)"[^}}]*}} (\S+)$'
         return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
     return {}
@@ -283,7 +292,11 @@ def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_
 
     hold.touch()  # every pod blocks in its next env step: mid-generation for sure
     make_held_env = functools.partial(importlib.import_module(HELD_MODULE).make_pendulum, 16, str(hold))
-    t = Tournament(make_held_env, make_small_eval_env, agent="ppo", pods=4, generation_steps=2048, generations=4,
+    # A budget of 14: at the second kill the board holds 3 to about 8 entries (3, one of them from the
+    # node's pods, waited for; then at most one more per pod before the hold stops them) and 4
+    # generations are in flight, so it is not spent early; every generation left after it trains on
+    # the head's one CPU, so no more than that.
+    t = Tournament(make_held_env, make_small_eval_env, agent="ppo", pods=4, generation_steps=STEPS, entries=14,
                    store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1, backend="ray", max_failures=0,
                    tensorboard=True).start()
     board, lost, node_ids = t.board, [], []
@@ -312,12 +325,16 @@ def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_
 
     # The server is killed while 4 pods train and call it; Ray restarts it, the pods retry
     wait_for(lambda: all_held(4), timeout=180, what="3 new pods on the restarted node")
+    (node2,) = ray_backend.live_nodes() - {ray.get_runtime_context().get_node_id()}
+    on_node2 = _pods_on(board, node2)
     hold.unlink()
     wait_for(lambda: len(board) >= 1, timeout=120, what="a first entry")
     server = ray.get_actor(ray_backend.server_actor_name(store))
     old_pid = ray.get(server.pid.remote())
     ray.kill(server, no_restart=False)
-    wait_for(lambda: len(board) >= 3, timeout=120, what="entries through the restarted server")
+    # Entries through the restarted server, one of them from a pod of the node: its metrics are read below
+    wait_for(lambda: len(board) >= 3 and {e.pod for e in board.entries()} & on_node2, timeout=120,
+             what="entries through the restarted server, one from the node's pods")
     assert ray.get(server.pid.remote()) != old_pid
     hold.touch()
     wait_for(lambda: all_held(4), timeout=180, what="4 pods mid-generation again")
@@ -329,7 +346,7 @@ def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_
     t.wait(timeout=240)
     assert not t.running
 
-    assert_consistent(board, 16, steps=2048)
+    assert_consistent(board, 14, steps=STEPS)
     pods = board.pods()
     assert (pods["status"] != "failed").all(), pods.to_string()  # max_failures=0: one counted failure ends the run
     preempted = pods[pods["status"] == "preempted"]
@@ -338,7 +355,7 @@ def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_
     assert (preempted["node"].isin(node_ids)).all()
     assert set(pods.loc[~pods.index.isin(preempted.index), "status"]) <= {"exited", "cancelled"}
     tickets = {e.ticket for e in board.entries()}
-    assert len(tickets) == 16  # every lost generation trained again, none twice
+    assert len(tickets) == 14  # every lost generation trained again, none twice
 
     # Observability: Ray metrics from the pods of the restarted node, TensorBoard files on the head
     assert generations and set(generations) <= {str(p) for p in pods.index}, generations
@@ -348,3 +365,106 @@ def test_a_spot_cluster_loses_a_node_twice_and_its_server_once_and_the_board_is_
         logs = EventAccumulator(str(store / "tb" / f"pod-{pod}")).Reload()
         assert sorted({s.value for s in logs.Scalars("tournament/score")}) == \
             pytest.approx(sorted({e.score for e in board.entries() if e.pod == pod})), pod
+
+
+# ---------------------------------------------------------------------------- a cluster that grows
+def _fake_autoscaler_config(gcs_address: str, max_nodes: int) -> dict:
+    """An autoscaler config for Ray's fake multinode provider: the monitor on the head starts each
+    node it launches as raylet processes on this machine. A head of 0 CPUs and one node type of
+    1 CPU. (Ray's ``cluster_utils.AutoscalingCluster`` builds the same from a yaml the Ray 2.60 wheel
+    lacks, on port 6379, after ``ray stop --force``, which would stop every Ray on the machine.)"""
+    return {"cluster_name": "podracer-test", "max_workers": max_nodes, "upscaling_speed": 1.0,
+            "idle_timeout_minutes": 5, "head_node_type": "ray.head.default",
+            "provider": {"type": "fake_multinode", "gcs_address": gcs_address, "use_node_id_as_ip": True,
+                         "disable_node_updaters": True, "disable_launch_config_check": True},
+            "available_node_types": {
+                "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+                "cpu1": {"resources": {"CPU": 1}, "node_config": {}, "min_workers": 0, "max_workers": max_nodes}},
+            "auth": {"ssh_user": "ubuntu"}, "file_mounts": {}, "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False, "initialization_commands": [], "setup_commands": [],
+            "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+            "worker_start_ray_commands": []}
+
+
+@pytest.fixture
+def autoscaling_cluster(tmp_path, monkeypatch):
+    """A `ray start` head of 0 CPUs whose autoscaler (Ray's fake multinode provider, checking every
+    second) adds nodes of 1 CPU on demand, up to 2, whose workers import HELD_MODULE; this process
+    joins it as the driver. Its session is SIGKILLed at the end: the nodes the monitor started are in it."""
+    code_dir = tmp_path / "held_code"
+    code_dir.mkdir()
+    (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
+    monkeypatch.syspath_prepend(str(code_dir))
+    root = tempfile.mkdtemp(prefix="pra-")
+    port = _free_port()
+    config = tmp_path / "autoscaler.json"
+    config.write_text(json.dumps(_fake_autoscaler_config(f"127.0.0.1:{port}", 2)))
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(code_dir), os.environ.get("PYTHONPATH")) if p)}
+    env.pop("RAY_ADDRESS", None)
+    sessions = []
+    try:
+        for attempt in range(2):  # tried again once, as LoopbackCluster does: a loaded machine may time a node out
+            command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", f"--port={port}",
+                       f"--autoscaling-config={config}", f"--temp-dir={root}", "--num-cpus=0",
+                       "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+                       f"--ray-client-server-port={_free_port()}", "--include-log-monitor=false",
+                       "--disable-usage-stats", *(f"--{p}={_free_port()}" for p in NODE_PORTS)]
+            head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            sessions.append(head.pid)
+            out = head.communicate(timeout=180)[0]
+            if head.returncode == 0 or "timed out during startup" not in out:
+                break
+            _killpg(head.pid)
+            _wait_gone(head.pid)
+        assert head.returncode == 0, f"ray start --head failed:\n{out[-3000:]}"
+        ray.init(address=f"127.0.0.1:{port}", logging_level="WARNING")
+        yield
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for session in sessions:
+            _killpg(session)
+        for pid in _sessions_under(root):  # none unless a process left the session
+            _killpg(pid)
+        shutil.rmtree(root, ignore_errors=True)
+        sys.modules.pop(HELD_MODULE, None)
+
+
+@pytest.mark.slow
+def test_pods_auto_grows_as_the_autoscaler_adds_the_nodes_it_was_asked_for(tmp_path, autoscaling_cluster):
+    """pods="auto", max_pods=2 on a head that hosts no pod: the backend asks the autoscaler for two
+    pods' nodes (request_resources), the run starts with one pod waiting for a node and grows to two
+    as the nodes arrive (the pods hold in their first generation until both train at once); the
+    board ends at its budget, every entry trained on an added node."""
+    store, hold = tmp_path / "store", tmp_path / "hold"
+    head = ray.get_runtime_context().get_node_id()
+    wait_for(ray_backend.autoscaler_present, timeout=60, what="the autoscaler's first status")
+    assert ray_backend.cluster_capacity(1, 0) == 1  # no node hosts a pod yet: one pod, waiting
+    hold.touch()
+    make_held_env = functools.partial(importlib.import_module(HELD_MODULE).make_pendulum, 16, str(hold))
+    t = Tournament(make_held_env, make_small_eval_env, agent="ppo", pods="auto", max_pods=2, entries=4,
+                   generation_steps=STEPS, store=store, agent_config=TINY_PPO, threads_per_pod=1, seed=1,
+                   backend="ray")
+
+    def release_when_two_train():
+        with contextlib.suppress(TimeoutError):  # the run's own assertions below say what went wrong
+            wait_for(lambda: store.joinpath("board.sqlite").exists() and len(_in_flight(store)) == 2, timeout=180,
+                     what="two pods mid-generation")
+        hold.unlink(missing_ok=True)
+
+    releaser = threading.Thread(target=release_when_two_train, daemon=True)
+    releaser.start()
+    try:
+        with pytest.warns(RuntimeWarning, match="the autoscaler is asked for one"):
+            board = t.run(progress=None)
+    finally:
+        hold.unlink(missing_ok=True)
+        releaser.join(timeout=60)
+    assert_consistent(board, 4, steps=STEPS)
+    pods = board.pods()
+    trained = pods.loc[sorted({e.pod for e in board.entries()})]
+    assert len(trained) == 2 and trained["node"].nunique() == 2, pods.to_string()  # the run grew to two pods
+    assert head not in set(pods["node"].dropna()), pods.to_string()  # both on nodes the autoscaler added
+    assert ray_backend.cluster_capacity(1, 0) == 2

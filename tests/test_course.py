@@ -294,7 +294,7 @@ def test_run_lesson_needs_ipython():
         run_lesson(str(LESSONS[0]))
 
 
-@pytest.mark.slow  # starts a Jupyter kernel (in the "processes" group of conftest.py under pytest -n)
+@pytest.mark.slow  # starts a Jupyter kernel
 def test_run_lesson_echoes_what_the_lesson_would_and_no_more(tmp_path):
     # A solution runs its lesson inside one cell; a `;` at the end of a lesson cell must still
     # hide that cell's value (IPython reads the `;` from history, which holds the outer cell).
@@ -366,7 +366,7 @@ def draws(source: str) -> bool:
     return bool(re.search(r"\.plot\(|\bplt\.", source))
 
 
-@pytest.mark.slow  # a lesson at smoke size in a Jupyter kernel (the "processes" group of conftest.py under pytest -n)
+@pytest.mark.slow  # a lesson at smoke size in a Jupyter kernel
 def test_run_lesson_shows_each_figure_once_whatever_the_cell_ends_with(tmp_path, monkeypatch):
     # One kernel runs, in turn: lesson 06 alone (the lesson whose backtest figures were never shown);
     # every way a cell can end with a figure; and the same cells again through run_lesson.

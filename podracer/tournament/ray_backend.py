@@ -50,8 +50,9 @@ Which Ray: one already initialised in this process is used as it is; else ``conf
 ``$RAY_ADDRESS`` is joined; else a local instance is started (``start_local_ray``: dashboard off,
 quiet logs; a notebook calls it to start one Ray for several tournaments). An address that
 does not answer fails after ``connect_timeout_s`` (``wait_for_cluster``) instead of Ray's
-endless retries. The backend shuts down only what it started. The driver must run on a node of the cluster (the store
-lives next to it): a Ray Client address (``ray://``) is refused.
+endless retries, and one whose token auth refuses this driver fails at once, naming the token
+(``token_refused``). The backend shuts down only what it started. The driver must run on a node
+of the cluster (the store lives next to it): a Ray Client address (``ray://``) is refused.
 """
 
 from __future__ import annotations
@@ -612,7 +613,9 @@ def request_resources(**kwargs: Any) -> None:
 def wait_for_cluster(address: str, timeout_s: float) -> str:
     """The GCS address of the cluster at ``address`` (``"auto"``: the one started on this machine),
     once it accepts connections. Ray itself would retry "Failed to get cluster ID from GCS" for
-    minutes: after ``timeout_s`` this raises a ConnectionError that names the fix."""
+    minutes: after ``timeout_s`` this raises a ConnectionError that names the fix. A cluster with
+    token auth that refuses this process (no token, or another one) is a ConnectionError at once:
+    ray.init would retry for 20 s, then fail without saying why."""
     from ray._private.services import canonicalize_bootstrap_address_or_die
 
     try:
@@ -625,7 +628,7 @@ def wait_for_cluster(address: str, timeout_s: float) -> str:
     while True:
         try:
             with socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
-                return resolved
+                break
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise ConnectionError(
@@ -633,6 +636,35 @@ def wait_for_cluster(address: str, timeout_s: float) -> str:
                     f"{timeout_s:g} s: start it (ray start --head --port={port}), fix address= or $RAY_ADDRESS, or "
                     f"give it longer with connect_timeout_s") from None
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    if token_refused(resolved, timeout_s=max(1.0, min(10.0, deadline - time.monotonic()))):
+        raise ConnectionError(
+            f"the Ray cluster at address={address!r} ({resolved}) uses token authentication and refused this "
+            f"driver's token (none, or another one): start the driver with RAY_AUTH_MODE=token and the cluster's "
+            f"token in RAY_AUTH_TOKEN (or in the file RAY_AUTH_TOKEN_PATH names, default ~/.ray/auth_token), set "
+            f"before Python starts, as on the cluster's nodes")
+    return resolved
+
+
+def token_refused(address: str, timeout_s: float) -> bool:
+    """Whether the GCS at ``address`` answers this process "unauthenticated": the cluster runs with
+    token auth (``RAY_AUTH_MODE=token``) and this process lacks its token. One call, as ray.init's
+    first (the cluster's id), through Ray's own channel (which adds the token when this process has
+    one); any other outcome (an answer, a timeout, a Ray without these modules) is not a refusal."""
+    try:
+        import grpc
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return False
+    channel = init_grpc_channel(address)
+    try:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+    except grpc.RpcError as e:
+        return e.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        channel.close()
+    return False
 
 
 # ---------------------------------------------------------------------------- why a pod's actor died
