@@ -200,7 +200,7 @@ def rllib_config(args: argparse.Namespace, market: Any = None) -> Any:
     with them it reached the target at the same 81,920 env steps as Podracer's earlier preset.
 
     It keeps those settings on purpose, though the preset has since moved to 3 epochs of 2
-    minibatches (1,024 rows) at lr 3e-3 (issue 23): given that (this line with
+    minibatches (1,024 rows) at lr 3e-3: given that (this line with
     ``minibatch_size=1024, num_epochs=3, lr=3e-3``; seed 0, cap 100 s) RLlib's PPO did not reach
     the target: best +11.6% in 100.6 s (167,936 env steps), then down to -25% from 65,536 env
     steps on. Podracer's PPO divides rewards by the std of the running discounted return and

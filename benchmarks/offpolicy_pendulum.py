@@ -12,7 +12,7 @@ Both run in this process, one after the other, with the same torch thread count.
 Two clocks: wall-clock seconds, and the process's CPU seconds (``time.process_time``). Both
 libraries train in one thread here, so on a quiet machine the two agree; on a shared one the wall
 clock also counts other processes' turns, which land on whichever library runs at that moment,
-and the CPU ratio is the steadier one. Aims (issue 23): SAC 8x and TD3 12x SB3's time, with at
+and the CPU ratio is the steadier one. Our aims: SAC 8x and TD3 12x SB3's time, with at
 most 0.6x and 0.45x its env steps.
 
     .venv/bin/python benchmarks/offpolicy_pendulum.py [--seeds 0,1,2] [--threads 1]

@@ -66,7 +66,7 @@ training time, and the speed-ups against it are lower bounds (upper bounds where
 it). Below each table, the seconds of Podracer's training to target spent in PPO's update (its
 epochs of minibatch steps; the rest is rollouts and GAE), and at the end each task's speed-ups
 over Podracer's seeds, each seed's time against RLlib's: the median and the range (the low end is
-Podracer's worst seed), the training-time median against the aims of issue 23: 50x on Pendulum,
+Podracer's worst seed), the training-time median against our aims: 50x on Pendulum,
 20x on stocks.
 
 ``--rllib-eval rllib`` scores RLlib with its own evaluation instead: one evaluation env runner
@@ -291,7 +291,7 @@ def speedups(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
 
 def seed_summary(task: str, rows: list[dict[str, Any]]) -> str:
     """The speed-ups over Podracer's seeds, each against RLlib's same seed (or its one seed): median
-    and range, the worst seed named, and the training-time median against issue 23's aim."""
+    and range, the worst seed named, and the training-time median against our aim."""
     ours = [r for r in rows if r["library"] == "podracer"]
     rllib = {r["seed"]: r for r in rows if r["library"] == "rllib"}
     pairs = [(r, rllib.get(r["seed"], next(iter(rllib.values())))) for r in ours]
@@ -307,7 +307,7 @@ def seed_summary(task: str, rows: list[dict[str, Any]]) -> str:
 
     theirs = "each against RLlib's same seed" if set(rllib) >= {a["seed"] for a in ours} else \
         f"against RLlib's seed {', '.join(map(str, rllib))}"
-    want = AIMS[task]  # issue 23's aims for the training time to target: 50x on Pendulum, 20x on stocks
+    want = AIMS[task]  # our aims for the training time to target: 50x on Pendulum, 20x on stocks
     aim = f"{want:.0f}x train-time aim " + ("met" if np.median(train) >= want else "NOT met") + " at the median"
     if len(pairs) > 1:
         aim += ", " + ("met" if train[worst] >= want else "NOT met") + " at the worst seed"
