@@ -550,6 +550,14 @@ def play_episode(policy: Any, env: StockTradingVecEnv, options: dict[str, Any] |
     return {**out, "values": torch.cat(values).cpu().numpy(), "info": info}
 
 
+def _check_train_close(train_close: pd.DataFrame, tickers: list[str]) -> None:
+    """The minimum-variance baseline is fitted on ``train_close``: it must hold every ticker traded."""
+    missing = [t for t in tickers if t not in getattr(train_close, "columns", ())]
+    if missing:
+        raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
+                         "closes of the same tickers (market.close['train'])")
+
+
 @torch.no_grad()
 def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, features: pd.DataFrame | None = None,
              turbulence: pd.Series | None = None, *, benchmark: pd.Series | None = None,
@@ -592,10 +600,7 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     else:
         env = StockTradingVecEnv(env_or_close, features, turbulence, num_envs=1, **rules, **env_kwargs)
     if baselines and train_close is not None:  # before the run, not after it
-        missing = [t for t in env.tickers if t not in getattr(train_close, "columns", ())]
-        if missing:
-            raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
-                             "closes of the same tickers (market.close['train'])")
+        _check_train_close(train_close, env.tickers)
     run = play_episode(policy, env)
     dates, tickers = env.dates, env.tickers
     S = env.num_stocks
@@ -713,10 +718,7 @@ def backtest_portfolio(policy: Any, env: PortfolioVecEnv, *, benchmark: pd.Serie
                         "a StockTradingVecEnv")
     env = env.evaluation_env(**({} if execution is None else {"execution": execution}))
     if baselines and train_close is not None:  # before the run, not after it
-        missing = [t for t in env.tickers if t not in getattr(train_close, "columns", ())]
-        if missing:
-            raise ValueError(f"train_close lacks tickers {missing[:8]} of the backtest; pass the training window's "
-                             "closes of the same tickers")
+        _check_train_close(train_close, env.tickers)
     run = play_portfolio(policy, env)
     close, dates = env.close_frame(), env.dates
     positions = pd.DataFrame(run["holdings"], index=dates, columns=env.tickers)
