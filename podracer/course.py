@@ -109,8 +109,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "check", "check_function", "check_value",
-           "hidden", "is_unanswered", "record_answer", "results", "run_lesson", "same_as", "set_strict", "where"]
+__all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "colab_cell", "check", "check_function",
+           "check_value", "hidden", "is_unanswered", "record_answer", "results", "run_lesson", "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
 STRICT_ENV = "PODRACER_STRICT_CHECKS"  # "1": a wrong answer raises ExerciseFailed
@@ -124,14 +124,20 @@ HASH_ITERATIONS = 50_000  # PBKDF2 rounds per candidate: ~15 ms a check, minutes
 # [finance], not [course]: Colab brings its own Jupyter, matplotlib and ipywidgets, and the Jupyter
 # packages in [course] (jupyterlab pulls in newer ipykernel, jupyter_server) would replace the ones
 # Colab's runtime is built on. Its CUDA build of torch satisfies torch>=2.2 and stays (docs/colab.md).
-COLAB_PIP = "podracer-rl[finance]"
-COLAB_CELL = f'''\
+def colab_cell(extras: str = "finance") -> str:
+    """The Colab install cell for ``podracer-rl[extras]`` (``"finance,cluster"`` for a lesson that
+    starts Ray, ``"finance,locomotion"`` for MuJoCo)."""
+    return f'''\
 # On Google Colab, install the course first (about a minute, once per session); elsewhere this does nothing.
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install --quiet "{COLAB_PIP}"\
+    %pip install --quiet "podracer-rl[{extras}]"\
 '''
+
+
+COLAB_PIP = "podracer-rl[finance]"
+COLAB_CELL = colab_cell()
 
 
 class ExerciseFailed(AssertionError):
@@ -605,9 +611,8 @@ def add_colab_cell(notebook: Any, extras: str = "finance") -> bool:
     if any(c.cell_type == "code" and "google.colab" in c.source for c in notebook.cells):
         return False
     at = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
-    source = COLAB_CELL.replace(f'"{COLAB_PIP}"', f'"podracer-rl[{extras}]"')
     notebook.cells.insert(at, nbformat.v4.new_code_cell(
-        source, metadata={"slideshow": {"slide_type": "skip"}, "tags": ["colab"]}))
+        colab_cell(extras), metadata={"slideshow": {"slide_type": "skip"}, "tags": ["colab"]}))
     return True
 
 

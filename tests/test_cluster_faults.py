@@ -41,8 +41,8 @@ ray = pytest.importorskip("ray")
 from ray.core.generated import common_pb2  # noqa: E402
 
 from podracer.tournament import ray_backend  # noqa: E402
-from test_ray_backend import (HELD_CODE, HELD_MODULE, NODE_PORTS, TINY_PPO, LoopbackCluster, _free_port,  # noqa: E402
-                              _killpg, _sessions_under, _wait_gone, assert_consistent, make_small_eval_env, wait_for)
+from test_ray_backend import (HELD_CODE, HELD_MODULE, NODE_PORTS, TINY_PPO, _free_port, _killpg,  # noqa: E402
+                              _sessions_under, _wait_gone, assert_consistent, loopback, make_small_eval_env, wait_for)
 
 make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
 
@@ -225,25 +225,17 @@ def spot_cluster(tmp_path, monkeypatch):
     """A head of 1 CPU and a node of 3 on loopback (no GPU, no auth, so this process joins it as the
     driver), whose workers import HELD_MODULE; metrics reported every half second."""
     code_dir = tmp_path / "held_code"
-    code_dir.mkdir()
-    (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
     monkeypatch.syspath_prepend(str(code_dir))
     monkeypatch.setenv("RAY_metrics_report_interval_ms", "500")
-    root = tempfile.mkdtemp(prefix="prf-")
-    cluster = None
     try:
-        cluster = LoopbackCluster(root, str(code_dir), head_cpus=1, node2_cpus=3, gpus=0, token=False)
-        ray.init(address=cluster.address, logging_level="WARNING")
-        yield cluster
+        with loopback(code_dir, prefix="prf-", head_cpus=1, node2_cpus=3, gpus=0, token=False) as cluster:
+            try:
+                ray.init(address=cluster.address, logging_level="WARNING")
+                yield cluster
+            finally:
+                if ray.is_initialized():
+                    ray.shutdown()
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        if cluster is not None:
-            cluster.close()
-        else:  # a failed `ray start`: its sessions are not known to a cluster object
-            for pid in _sessions_under(root):
-                _killpg(pid)
-        shutil.rmtree(root, ignore_errors=True)
         sys.modules.pop(HELD_MODULE, None)
 
 

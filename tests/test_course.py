@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from podracer import course
-from podracer.course import COLAB_CELL, ExerciseFailed, check, is_unanswered, set_strict
+from podracer.course import ExerciseFailed, check, is_unanswered, set_strict
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -174,7 +174,7 @@ def test_every_lesson_opens_on_colab(path):
     first = code(path)[0]
     extras = re.search(r'"podracer-rl\[([a-z,]+)\]"', first)
     assert extras and "finance" in extras.group(1).split(","), f"{path.name}: the first code cell should be COLAB_CELL"
-    assert first == COLAB_CELL.replace(course.COLAB_PIP, f"podracer-rl[{extras.group(1)}]"), (
+    assert first == course.colab_cell(extras.group(1)), (
         f"{path.name}: the first code cell should be course.COLAB_CELL (podracer.course.add_colab_cell inserts it)")
 
 

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -258,15 +259,16 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.fixture
-def loopback_cluster(tmp_path):
-    code_dir = tmp_path / "held_code"
+@contextlib.contextmanager
+def loopback(code_dir: Path, prefix: str = "prc-", **kwargs: Any) -> Iterator[LoopbackCluster]:
+    """A ``LoopbackCluster(**kwargs)`` whose workers import HELD_MODULE from ``code_dir`` (written
+    here), stopped on exit; after a failed ``ray start``, the processes it left are killed."""
     code_dir.mkdir()
     (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
-    root = tempfile.mkdtemp(prefix="prc-")
+    root = tempfile.mkdtemp(prefix=prefix)
     cluster = None
     try:
-        cluster = LoopbackCluster(root, str(code_dir))
+        cluster = LoopbackCluster(root, str(code_dir), **kwargs)
         yield cluster
     finally:
         if cluster is not None:
@@ -275,6 +277,12 @@ def loopback_cluster(tmp_path):
             for pid in _sessions_under(root):
                 _killpg(pid)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def loopback_cluster(tmp_path):
+    with loopback(tmp_path / "held_code") as cluster:
+        yield cluster
 
 
 def _sessions_under(root: str) -> set[int]:

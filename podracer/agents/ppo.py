@@ -136,7 +136,7 @@ class ActorCritic(nn.Module):
         out = self.actor(obs)
         if self.discrete:
             return torch.distributions.Categorical(logits=out, validate_args=False)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
+        return torch.distributions.Normal(*self.gaussian(out), validate_args=False)
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """log π(a | s) and H(π(· | s)), each (B,) (summed over action dims for a Gaussian). The
@@ -152,9 +152,9 @@ class ActorCritic(nn.Module):
         return log_prob, entropy.sum(-1)
 
     def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Gaussian's mean and σ = exp(log_std), each (B, act_dim), as ``distribution``'s
-        ``Normal`` holds them (broadcast together)."""
-        return torch.broadcast_tensors(out, self.log_std.exp().expand_as(out))
+        """The Gaussian's mean and σ = exp(log_std), each (B, act_dim): ``distribution``'s ``Normal``
+        parameters, σ state-independent and expanded over the batch."""
+        return out, self.log_std.exp().expand_as(out)
 
 
 def gaussian_log_prob(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
