@@ -22,8 +22,8 @@ from podracer.agents.ppo import PPOConfig
 from podracer.agents.registry import make_agent
 from podracer.envs import PendulumVecEnv
 from podracer import checkpoints
-from podracer.tournament import (CheckpointError, CheckpointMissingError, Leaderboard, ReadOnlyBoardError, TicketError,
-                                 mutate, select_parent)
+from podracer.tournament import (CheckpointError, CheckpointMissingError, DamagedBoardError, Leaderboard,
+                                 ReadOnlyBoardError, TicketError, mutate, select_parent)
 
 
 def small_agent(seed: int = 0):
@@ -338,6 +338,35 @@ def test_a_store_path_that_is_a_file_says_so(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(NotADirectoryError, match="notes.txt' is a file.*folder that holds board.sqlite"):
         Leaderboard(tmp_path / "notes.txt")
+
+
+def _damage(path: Path, offset: int, size: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset:offset + size] = bytes((i * 37 + 11) % 256 for i in range(size))  # not zeros: a page of noise
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["header", "pages"])
+def test_an_edited_board_file_says_what_it_is_and_how_to_recover(tmp_path, where):
+    """A board.sqlite someone edited, truncated or overwrote: a named error (a ValueError and the
+    sqlite3.DatabaseError it was) naming the file and the ways back, not sqlite's bare message."""
+    board = Leaderboard(tmp_path)
+    for seed in range(3):
+        board.submit(small_agent(seed), -900.0 + seed, env_steps=100, hparams={"note": "x" * 3000})
+    board.backup(tmp_path / "copy.sqlite")
+    db = sqlite3.connect(board.path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the file itself
+    db.close()
+    if where == "header":
+        _damage(board.path, 0, 100)  # the magic string and the page size
+    else:
+        _damage(board.path, 4096, 3 * 4096)  # the pages after the first: the tables' rows
+    with pytest.raises(DamagedBoardError, match=r"board\.sqlite is not a readable leaderboard .*Leaderboard\.backup"
+                                                r".*Tournament\.from_store.*move it aside") as info:
+        Leaderboard(tmp_path).to_frame()
+    assert isinstance(info.value, ValueError) and isinstance(info.value, sqlite3.DatabaseError)
+    shutil.copy(tmp_path / "copy.sqlite", board.path)  # the way back it names
+    assert len(Leaderboard(tmp_path)) == 3
 
 
 # ---------------------------------------------------------------------------- export, backup

@@ -106,6 +106,17 @@ class ReadOnlyBoardError(PermissionError):
     """A write to a board opened read-only (an archived store on read-only storage, or ``read_only=True``)."""
 
 
+class DamagedBoardError(sqlite3.DatabaseError, ValueError):
+    """``board.sqlite`` is not a SQLite database, or a damaged one (edited, truncated, overwritten).
+    A ``sqlite3.DatabaseError`` as before, and a ``ValueError`` (bad input) for the CLI and callers."""
+
+
+# What SQLite says of a file that is not a database or whose pages are damaged (error codes; the
+# messages for a Python without ``sqlite_errorcode``, before 3.11).
+_DAMAGED_CODES = (getattr(sqlite3, "SQLITE_NOTADB", 26), getattr(sqlite3, "SQLITE_CORRUPT", 11))
+_DAMAGED_MESSAGES = ("file is not a database", "database disk image is malformed")
+
+
 class TicketError(RuntimeError):
     """A submission's ticket is not claimed any more: released (a new driver took over the store,
     or the pod was given up for dead), already consumed, or never claimed."""
@@ -210,10 +221,19 @@ class Leaderboard:
         else:
             db = sqlite3.connect(self._uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
         db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-        db.execute("PRAGMA synchronous=FULL")
         try:
+            db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            db.execute("PRAGMA synchronous=FULL")
             yield db
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, DamagedBoardError) or not (getattr(e, "sqlite_errorcode", None) in _DAMAGED_CODES
+                                                        or str(e) in _DAMAGED_MESSAGES):
+                raise
+            raise DamagedBoardError(
+                f"{self.path} is not a readable leaderboard ({e}): it was edited, truncated or overwritten. Restore "
+                f"it from a copy (Leaderboard.backup writes one; a store with storage_path= resumes from its "
+                f"snapshot with Tournament.from_store(uri)), or move it aside to start a new board in "
+                f"{self.store}") from e
         finally:
             db.close()
 
