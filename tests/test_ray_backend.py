@@ -162,10 +162,19 @@ FAST_NODE_DEATH = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_chec
                    "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "4"}
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before in this process: the kernel may give a just-released
+    port again, and a `ray start` given one port for two of its components refuses to start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 class LoopbackCluster:
@@ -213,7 +222,9 @@ class LoopbackCluster:
                                    start_new_session=True)
         self.sessions.append(process.pid)  # the session's id: every process `ray start` leaves behind is in it
         out = process.communicate(timeout=180)[0]
-        if process.returncode != 0 and attempts > 1 and "timed out during startup" in out:
+        # A node that timed out on a loaded machine, or a port that another process took since it was picked.
+        retry = "timed out during startup" in out or "is trying to use a port number" in out
+        if process.returncode != 0 and attempts > 1 and retry:
             _killpg(process.pid)  # what it left behind, then a fresh try (its ports are free again)
             _wait_gone(process.pid)
             return self._start(name, *args, cpus=cpus, gpus=gpus, attempts=attempts - 1)
