@@ -24,15 +24,17 @@ demo: $(STAMP)
 # `make test` is the full lane, the README's and CI's (.ci/run): every test and every lesson, in one pytest run.
 # Each lesson runs once, through its solution notebook (conftest.py says why), whose first cell runs the whole
 # lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
-# Both lanes run on WORKERS pytest processes (pytest-xdist; one per core of the 2-core CI machine). Every test is
-# single-threaded and seeded, so results do not depend on which worker runs it; tests that start process trees or
-# servers that could collide (Ray, tournaments and their kill tests, the lessons that start pods or a Ray, a browser) run
-# one at a time on one worker (conftest.py, PROCESSES), so no two of them race for ports, for CPUs a Ray reserves or for
-# a kill test's timing; the other lessons spread over both workers.
+# Both lanes run on pytest-xdist workers. Every test is single-threaded and seeded, so results do not depend on which
+# worker runs it. Tests that start process trees or servers that could collide run one at a time in one of two scopes
+# (conftest.py): RAY (Ray clusters, local Rays, their kill tests) and LOCAL (tournaments of local pods, the lessons that
+# start them, the browser), so no two of them race for ports, for CPUs a Ray reserves or for a kill test's timing; the
+# two scopes run side by side, every other test spreads over the workers. `make check` runs one worker per core of the
+# 2-core CI machine; `make test` one more (TEST_WORKERS), because both scopes mostly wait on the processes they start.
 WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/lint-imports
-	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15 -n $(WORKERS)
+	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15 -n $(TEST_WORKERS)
 
 # `make check` is the fast lane while you work: the unit tests, without those marked `slow` (learning runs,
 # Ray clusters, README blocks, notebooks, the browser, the demo; see pyproject.toml). Under 3 minutes on 2 cores.

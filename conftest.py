@@ -67,21 +67,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
-# servers that could collide run one at a time, on one worker, as one scope: Ray nodes and local
-# Rays (a README block that starts one says so in its id; lesson 11), the tournaments that start
-# pods (lessons 09 and 10) and the tests that kill pods and drivers, the browser's JupyterLab. Two of
-# them at once would race for ports, for the CPUs a Ray reserves, and for the kill tests' timing.
-# Every other test is its own scope, spread over the workers: the other lessons too (a Jupyter
-# kernel binds ports the OS hands out, and the kernels get one thread each, see above), so the
-# one-at-a-time scope is not the whole run's critical path. (A path list, not xdist_group markers:
-# pytest-xdist 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
-PROCESSES = ("notebooks/09_", "notebooks/10_", "notebooks/11_", "notebooks/solutions/09_", "notebooks/solutions/10_",
-             "notebooks/solutions/11_", "tests/test_ray_backend.py", "tests/test_tournament.py",
-             "tests/test_notebook_browser.py", "tests/test_storage.py", "tests/test_cluster_faults.py")
+# servers that could collide run one at a time, on one worker, in one of two scopes:
+# - RAY: Ray clusters and local Rays (`ray start` nodes, a README block that starts one says so in
+#   its id, lesson 11), their kill tests and the S3 server. Every cluster gets ports of its own and
+#   `start_local_ray` never joins another cluster, but two kill tests at once would race for the
+#   CPUs a node declares and for the GCS's health-check timing;
+# - LOCAL: the tournaments that start pods as local processes (lessons 09 and 10, their kill tests)
+#   and the browser's JupyterLab, whose timing two at once would disturb.
+# The two scopes run side by side on two workers (they share no port, no Ray and no store), and
+# every other test is its own scope, spread over the workers: the other lessons too (a Jupyter
+# kernel binds ports the OS hands out, and the kernels get one thread each, see above). Both
+# scopes spend most of their time waiting on processes they started, so `make test` runs one more
+# worker than the machine has cores (Makefile). (A path list, not xdist_group markers: pytest-xdist
+# 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
+RAY = ("notebooks/11_", "notebooks/solutions/11_", "tests/test_ray_backend.py", "tests/test_storage.py",
+       "tests/test_cluster_faults.py")
+LOCAL = ("notebooks/09_", "notebooks/10_", "notebooks/solutions/09_", "notebooks/solutions/10_",
+         "tests/test_tournament.py", "tests/test_notebook_browser.py")
 
 
-def _in_processes(nodeid: str) -> bool:
-    return nodeid.startswith(PROCESSES) or (nodeid.startswith("tests/test_readme.py::") and nodeid.endswith("-ray]"))
+def _scope(nodeid: str) -> str:
+    """The scope a test runs in: "ray", "local", or its own node id (any worker, any time)."""
+    if nodeid.startswith(RAY) or (nodeid.startswith("tests/test_readme.py::") and nodeid.endswith("-ray]")):
+        return "ray"
+    return "local" if nodeid.startswith(LOCAL) else nodeid
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -89,6 +98,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class ProcessesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "processes" if _in_processes(nodeid) else nodeid
+            return _scope(nodeid)
 
     return ProcessesTogether(config, log)
