@@ -22,7 +22,7 @@ its luckiest), FinRL once, from the first seed (minutes).
   learning_rate=0.00025, batch_size=128``; FinRL 0.3.7's own ``config.py`` has ``batch_size=64``),
   SB3's defaults otherwise, ``reward_scaling=1e-4`` as the tutorial. The tutorial trains 200,000
   steps; here it trains until the target, its step budget or ``--finrl-cap`` seconds.
-- **Podracer**: ``finance.demo.train_env`` (64 accounts, one-year episodes from random days,
+- **Podracer**: ``finance.demo.train_env`` (128 accounts, one-year episodes from random days,
   float32) and ``make_agent("ppo", env)``, which picks the ``stock_trading`` preset; up to the
   preset's 393,216 steps or ``--cap`` seconds.
 
@@ -172,7 +172,8 @@ class Run:
 
 def train_podracer(market: MarketData, target: float, seed: int, cap_s: float, eval_every: int,
                    budget: int | None) -> Run:
-    run = Run(f"Podracer PPO (stock_trading preset, 64 accounts), seed {seed}", seed)
+    accounts = podracer.get_preset("ppo", "stock_trading").num_envs
+    run = Run(f"Podracer PPO (stock_trading preset, {accounts} accounts), seed {seed}", seed)
     t0 = time.perf_counter()
     env = train_env(market)
     agent = podracer.make_agent("ppo", env, seed=seed, verbose=False)
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> dict[str, Run]:
     ap.add_argument("--cap", type=float, default=300.0, help="Podracer's training seconds at most")
     ap.add_argument("--finrl-cap", type=float, default=600.0, help="FinRL's training seconds at most")
     ap.add_argument("--finrl-steps", type=int, default=200_000, help="FinRL's step budget (the tutorial's)")
-    ap.add_argument("--eval-every", type=int, default=8192, help="env steps between validation scores")
+    ap.add_argument("--eval-every", type=int, default=2048,
+                    help="env steps between validation scores (default: after every update of either side)")
     ap.add_argument("--target", type=float, default=None, help="validation %% return (default: buy-and-hold's)")
     ap.add_argument("--skip-finrl", action="store_true")
     ap.add_argument("--quick", action="store_true", help="caps of 60 s (ours) and 120 s (FinRL)")

@@ -24,7 +24,7 @@ own ``MeanStdFilter``, unsquashed into the action box as RLlib's env runners do.
 
 **(b) Stock trading.** The bundled 20-stock sample prepared by ``finance.prepare_market()``
 (offline), trained on 2005-2016 in one-year episodes from random days (``finance.demo.train_env``).
-Podracer: ``StockTradingVecEnv`` with 64 accounts and the library's ``stock_trading`` PPO preset,
+Podracer: ``StockTradingVecEnv`` with 128 accounts and the library's ``stock_trading`` PPO preset,
 up to its 393,216 env steps. RLlib: the same env as a gymnasium env
 (``_rllib_side.StockTradingGymEnv``: ``StockTradingVecEnv(num_envs=1)``, numpy in and out),
 64 of them per env runner, and the earlier preset's settings translated to RLlib (5 epochs of 4
@@ -33,7 +33,9 @@ without the preset's "no KL penalty, no absolute value-loss clip" RLlib did not 
 in 300 s; given the current preset's 3 epochs of 2 minibatches at lr 3e-3 it peaked at +11.6%
 and fell to -25%). Evaluation, the same code for both: the tournament's score,
 ``podracer.evaluate`` on ``finance.demo.eval_env`` (one deterministic account over the validation
-years 2017-2018; % return), every 8,192 env steps. Target: the return of equal-weight buy-and-hold
+years 2017-2018; % return), every 2,048 env steps: after every update of either library (each
+trains on batches of 2,048 env steps), so neither waits for the next scheduled evaluation
+after reaching the target (``--stock-eval-every``; until 1.1 every 8,192). Target: the return of equal-weight buy-and-hold
 over those years with the same costs (+20.3%, ``--stock-target`` to change).
 
 Seeds. How soon PPO reaches the stock target depends on the seed several-fold, for both
@@ -109,7 +111,7 @@ from _rllib_side import RESULT, Clock, pendulum_return, stock_market, stock_scor
 ROOT = Path(__file__).resolve().parents[1]
 SIDE = Path(__file__).resolve().parent / "_rllib_side.py"
 DEFAULT_RLLIB_PYTHON = ROOT / ".venv" / "rllib" / "bin" / "python"
-EVAL_EVERY = {"pendulum": 2_000, "stock": 8_192}
+EVAL_EVERY = {"pendulum": 2_000, "stock": 2_048}
 CAPS = {"pendulum": 240.0, "stock": 300.0}  # training seconds; --quick: a third
 AIMS = {"pendulum": 50.0, "stock": 20.0}  # RLlib's training seconds to target over ours
 COLUMNS = ["setup_s", "train_s_to_target", "total_s_to_target", "steps_to_target", "steps_per_s", "peak_rss_mb",
@@ -210,7 +212,8 @@ def run_side(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 
 
 def side_args(args: argparse.Namespace, task: str, target: float, seed: int) -> list[str]:
-    return ["--task", task, "--target", repr(target), "--eval-every", str(EVAL_EVERY[task]),
+    every = args.stock_eval_every if task == "stock" else EVAL_EVERY[task]
+    return ["--task", task, "--target", repr(target), "--eval-every", str(every),
             "--eval-episodes", str(args.eval_episodes), "--cap-s", repr(args.caps[task]), "--seed", str(seed),
             "--launched", repr(time.time())]
 
@@ -330,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pendulum-target", type=float, default=-250.0)
     parser.add_argument("--stock-target", type=float, default=None,
                         help="validation %% return (default: equal-weight buy-and-hold's, +20.3%%)")
+    parser.add_argument("--stock-eval-every", type=int, default=EVAL_EVERY["stock"],
+                        help="env steps between validation scores on stocks (default: every update of either library)")
     parser.add_argument("--seed", type=int, default=0, help="RLlib's seed, and Podracer's first")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="Podracer's seeds (default: --seed and the two after it on stocks, --seed on Pendulum)")

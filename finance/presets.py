@@ -3,7 +3,7 @@ name, and the env factories a stored tournament may name. ``finance/__init__.py`
 ``register()`` on import, and podracer imports ``finance`` by itself when a lookup needs it (the
 ``podracer.domains`` entry point in ``pyproject.toml``). After that::
 
-    podracer.get_preset("ppo", "stock_trading")  # Preset(num_envs=64, total_steps=393216, config={...}, ...)
+    podracer.get_preset("ppo", "stock_trading")  # Preset(num_envs=128, total_steps=393216, config={...}, ...)
     podracer.make_env("stock_trading", 64)       # training accounts on the bundled sample
     agent = podracer.make_agent("ppo", env)      # env.task == "stock_trading": picks the preset and says so
 """

@@ -92,12 +92,14 @@ inserts it after a lesson's title cell (``docs/colab.md``)::
         nbformat.write(nb, path)
 
 and ``python -m podracer.course slides NOTEBOOK...`` (``make slides``: reveal.js slides of the
-lessons; ``docs/slides.md``).
+lessons; ``docs/slides.md``). :func:`notebook_client` is nbclient's ``NotebookClient`` without the
+Output-widget stall described there, for running a lesson with widgets from Python.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -110,7 +112,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "colab_cell", "check", "check_function",
-           "check_value", "hidden", "is_unanswered", "record_answer", "results", "run_lesson", "same_as", "set_strict", "where"]
+           "check_value", "hidden", "is_unanswered", "notebook_client", "record_answer", "results", "run_lesson",
+           "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
 STRICT_ENV = "PODRACER_STRICT_CHECKS"  # "1": a wrong answer raises ExerciseFailed
@@ -599,6 +602,47 @@ def run_lesson(path: str, strict: bool = True) -> None:
         set_strict(True, require_answers=True)
 
 
+# ---------------------------------------------------------------------------- executing notebooks
+def notebook_client(notebook: Any, **options: Any) -> Any:
+    """nbclient's ``NotebookClient(notebook, **options)`` (``timeout``, ``kernel_name``, ``resources``,
+    ...), whose stand-in for the Output widget cannot stall a cell until its timeout.
+
+    nbclient stands in for the front end's Output widget (``backtest_view`` and the interactive
+    backtest draw into one): each output the kernel sends into it is echoed back to the kernel as a
+    ``comm_msg`` on the shell socket, while the client is awaiting that cell's ``execute_reply`` on
+    the same socket. nbclient sends it through ``Session.send``, which sends through a blocking
+    shadow of the asyncio socket; the send handles the socket's pending I/O, so when the reply has
+    just come in, the socket's file descriptor is never signalled, the asyncio poll for the reply
+    sleeps until the cell's ``timeout``, then finds the reply there and goes on as if nothing had
+    happened (jupyter/nbclient#312). Sent through the asyncio socket itself, pyzmq looks for a
+    waiting message after each send and wakes the poll.
+    """
+    from nbclient import NotebookClient
+
+    client = NotebookClient(notebook, **options)
+    # Set after __init__, which assigns the registry (it is not a trait that options could set).
+    client.widget_registry = {**client.widget_registry, "@jupyter-widgets/output": {"OutputModel": _output_widget()}}
+    return client
+
+
+@functools.cache
+def _output_widget() -> type:
+    """nbclient's Output-widget stand-in, sending its messages through the asyncio shell socket."""
+    from nbclient.jsonutil import json_clean
+    from nbclient.output_widget import OutputWidget
+
+    class AsyncSafeOutputWidget(OutputWidget):
+        def _publish_msg(self, msg_type: str, data: dict | None = None, metadata: dict | None = None,
+                         buffers: list | None = None, **keys: Any) -> None:
+            client = self.kernel_client
+            content = json_clean(dict(data=data or {}, comm_id=self.comm_id, **keys))
+            msg = client.session.msg(msg_type, content=content, parent=self.parent_header, metadata=metadata or {})
+            # not client.shell_channel.send(msg): Session.send sends through a blocking shadow socket
+            client.shell_channel.socket.send_multipart(client.session.serialize(msg))
+
+    return AsyncSafeOutputWidget
+
+
 # ---------------------------------------------------------------------------- Colab
 def add_colab_cell(notebook: Any, extras: str = "finance") -> bool:
     """Insert :data:`COLAB_CELL` as the first code cell of an ``nbformat`` notebook (after the title
@@ -642,7 +686,6 @@ def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "b
     first, so figures and tables appear (at ``$PODRACER_SIZE``). Returns the files written."""
     import nbformat
     from nbconvert import SlidesExporter
-    from nbconvert.preprocessors import ExecutePreprocessor
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -650,7 +693,8 @@ def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "b
     for path in map(Path, paths):
         notebook = tag_slides(nbformat.read(path, as_version=4))
         if execute:
-            ExecutePreprocessor(timeout=1800).preprocess(notebook, {"metadata": {"path": str(path.parent)}})
+            # nbconvert's ExecutePreprocessor is this client, with nbclient's Output widget (notebook_client)
+            notebook_client(notebook, timeout=1800, resources={"metadata": {"path": str(path.parent)}}).execute()
         exporter = SlidesExporter(reveal_scroll=True)  # long slides scroll instead of being cut off
         if reveal_prefix:
             exporter.reveal_url_prefix = reveal_prefix

@@ -42,7 +42,8 @@ from ray.core.generated import common_pb2  # noqa: E402
 
 from podracer.tournament import ray_backend  # noqa: E402
 from test_ray_backend import (HELD_CODE, HELD_MODULE, NODE_PORTS, TINY_PPO, _free_port, _killpg,  # noqa: E402
-                              _sessions_under, _wait_gone, assert_consistent, loopback, make_small_eval_env, wait_for)
+                              _sessions_under, _start_worth_retrying, _wait_gone, assert_consistent, loopback,
+                              make_small_eval_env, wait_for)
 
 make_small_env = functools.partial(podracer.make_env, "pendulum", num_envs=16)
 
@@ -406,7 +407,7 @@ def autoscaling_cluster(tmp_path, monkeypatch):
                                     start_new_session=True)
             sessions.append(head.pid)
             out = head.communicate(timeout=180)[0]
-            if head.returncode == 0 or not ("timed out during startup" in out or "is trying to use a port number" in out):
+            if head.returncode == 0 or not _start_worth_retrying(out):
                 break
             _killpg(head.pid)
             _wait_gone(head.pid)

@@ -451,3 +451,21 @@ def test_loading_a_live_agents_state_copies_it():
     a.train_step(env, obs)
     assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, b.optimizer.state.values()))
     assert torch.equal(returns, b.discounted_return)
+
+
+def test_running_mean_std_equals_the_statistics_of_everything_it_has_seen():
+    # Chan et al.'s parallel update, batch by batch, against the mean and variance of all rows at
+    # once (float64): the batch variance is computed by hand (two passes), so check it stays exact.
+    from podracer.agents.common import RunningMeanStd
+
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(n, 3, generator=g) * torch.tensor([1.0, 10.0, 0.1]) + torch.tensor([5.0, -2.0, 0.0])
+               for n in (7, 1, 300, 64)]
+    rms = RunningMeanStd((3,), epsilon=0.0)
+    rms.count.fill_(0.0)
+    for b in batches:
+        rms.update(b)
+    everything = torch.cat(batches).double()
+    torch.testing.assert_close(rms.mean.double(), everything.mean(0), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rms.var.double(), everything.var(0, unbiased=False), rtol=1e-5, atol=1e-6)
+    assert rms.count.item() == everything.shape[0]

@@ -177,6 +177,12 @@ def _free_port() -> int:
             return port
 
 
+def _start_worth_retrying(out: str) -> bool:
+    """Whether a failed `ray start` printing ``out`` may succeed if tried again with new ports: its
+    node timed out on a loaded machine, or a port was taken by another process since it was picked."""
+    return "timed out during startup" in out or "is trying to use a port number" in out
+
+
 class LoopbackCluster:
     """A head and a second node started with `ray start` on this machine, each in a session of
     its own (so that stopping one kills exactly its processes), with its own temp dir and ports
@@ -222,9 +228,7 @@ class LoopbackCluster:
                                    start_new_session=True)
         self.sessions.append(process.pid)  # the session's id: every process `ray start` leaves behind is in it
         out = process.communicate(timeout=180)[0]
-        # A node that timed out on a loaded machine, or a port that another process took since it was picked.
-        retry = "timed out during startup" in out or "is trying to use a port number" in out
-        if process.returncode != 0 and attempts > 1 and retry:
+        if process.returncode != 0 and attempts > 1 and _start_worth_retrying(out):
             _killpg(process.pid)  # what it left behind, then a fresh try (its ports are free again)
             _wait_gone(process.pid)
             return self._start(name, *args, cpus=cpus, gpus=gpus, attempts=attempts - 1)

@@ -35,7 +35,7 @@ def test_a_lookup_that_misses_imports_the_installed_domains():
         p = podracer.get_preset("ppo", "stock_trading")                 # registered by finance on import
         print(env.task, p.num_envs, 'locomotion' in sys.modules, 'finance' in sys.modules)
     """)
-    assert out.split()[-4:] == ["halfcheetah", "64", "True", "True"]
+    assert out.split()[-4:] == ["halfcheetah", "128", "True", "True"]
 
 
 def test_the_domains_are_declared_as_entry_points():

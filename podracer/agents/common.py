@@ -152,7 +152,10 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.reshape(-1, *self.mean.shape).to(self.mean.dtype)
-        batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        batch_mean, batch_count = x.mean(0), x.shape[0]
+        # Two passes, written out: torch's var(0) over the rows of a (B, obs_dim) batch is about 6x
+        # slower on a CPU (a strided reduction), 5% of a PPO iteration on the stock task.
+        batch_var = (x - batch_mean).square().mean(0)
         delta = batch_mean - self.mean
         total = self.count + batch_count
         self.mean += delta * batch_count / total
