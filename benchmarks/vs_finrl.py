@@ -172,10 +172,9 @@ class Run:
 
 def train_podracer(market: MarketData, target: float, seed: int, cap_s: float, eval_every: int,
                    budget: int | None) -> Run:
-    accounts = podracer.get_preset("ppo", "stock_trading").num_envs
-    run = Run(f"Podracer PPO (stock_trading preset, {accounts} accounts), seed {seed}", seed)
     t0 = time.perf_counter()
     env = train_env(market)
+    run = Run(f"Podracer PPO (stock_trading preset, {env.num_envs} accounts), seed {seed}", seed)
     agent = podracer.make_agent("ppo", env, seed=seed, verbose=False)
     run.setup_s = time.perf_counter() - t0
     budget = budget or agent.preset.total_steps
