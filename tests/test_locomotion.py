@@ -196,11 +196,12 @@ def test_ppo_learns_halfcheetah_in_a_smoke_budget():
 
 
 @pytest.mark.slow
-def test_sac_learns_halfcheetah_in_a_smoke_budget():
-    """SAC with the ``halfcheetah`` preset (picked by ``make_agent``) for 20k env steps on 4
-    sub-envs (~40 s on one core): the deterministic policy runs forward where a random policy
-    scores -299 on these episodes and the untrained one about 0. Measured, seeds 0, 1, 2: 1182,
-    2971, 1178; two runs of seed 0 give the same return to the last digit."""
+def test_sac_learns_halfcheetah_in_its_preset_budget():
+    """SAC with the ``halfcheetah`` preset (picked by ``make_agent``) for the preset's 30k env
+    steps on 8 sub-envs (~90 s on one core): the deterministic policy runs forward where a random
+    policy scores -299 on these episodes and the untrained one about 0. The whole budget, not a
+    smoke part of it: before 30k the return depends on the CPU (seed 0 after 20k: 1182 on one
+    Xeon, 310 on another, where seeds 0-3 give 3047-3295 after 30k; presets.yaml has the curves)."""
     p = podracer.get_preset("sac", "halfcheetah")
     env = locomotion.make_env("HalfCheetah", p.num_envs, device="cpu", seed=0, verbose=False)
     eval_env = locomotion.make_env("HalfCheetah", 4, device="cpu", seed=100, verbose=False)
@@ -209,7 +210,6 @@ def test_sac_learns_halfcheetah_in_a_smoke_budget():
     random_return = podracer.evaluate(random_policy, eval_env, seed=1)["eval/return_mean"]
     agent = podracer.make_agent("sac", env, seed=0, verbose=False)
     assert agent.preset == p
-    steps = 20_000 if SIZE == "smoke" else p.total_steps
-    agent, _ = podracer.train(agent, env, total_steps=steps, seed=0, progress=False)
+    agent, _ = podracer.train(agent, env, total_steps=p.total_steps, seed=0, progress=False)
     trained_return = podracer.evaluate(agent, eval_env, seed=1)["eval/return_mean"]
-    assert trained_return > random_return + 800 and trained_return > 500, (random_return, trained_return)
+    assert trained_return > random_return + 1800 and trained_return > 1500, (random_return, trained_return)
