@@ -16,3 +16,18 @@ def _fixed_threads():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _ray_without_token_auth(monkeypatch):
+    """The Rays a test starts in its own process run without token auth, unless the test says otherwise.
+
+    Ray 2.60's local ``ray.init`` switches the whole process to token auth (it sets RAY_AUTH_MODE=token
+    in os.environ and keeps that mode after ``ray.shutdown``); that process can then still join a
+    cluster started with auth disabled, but every actor it creates there is cancelled before it
+    starts ("all references to the actor were removed"). The tests that join loopback clusters
+    without auth would then pass or fail by which test this worker ran before (probing found it:
+    tests/test_storage.py's local Ray, then the spot cluster of tests/test_cluster_faults.py).
+    Clusters with token auth get their mode and token explicitly (LoopbackCluster(token=True))."""
+    if "RAY_AUTH_MODE" not in os.environ:
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -241,8 +242,11 @@ def test_every_lesson_runs_once_through_its_solution():
 
 @pytest.mark.slow
 def test_nbmake_collects_the_solutions_and_not_the_lessons():
+    # the caller's PYTEST_ADDOPTS (-v, say) would change the listing this reads, so it is left out
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     res = subprocess.run([sys.executable, "-m", "pytest", "notebooks", "--nbmake", "--collect-only", "-q",
-                          "-p", "no:cacheprovider"], cwd=NOTEBOOKS.parent, capture_output=True, text=True, timeout=300)
+                          "-p", "no:cacheprovider"], cwd=NOTEBOOKS.parent, capture_output=True, text=True, timeout=300,
+                         env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     collected = sorted(line.split("::")[0] for line in res.stdout.splitlines() if ".ipynb::" in line)
     assert collected == [p.relative_to(NOTEBOOKS.parent).as_posix() for p in SOLVED], res.stdout

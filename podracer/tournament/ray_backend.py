@@ -361,7 +361,10 @@ class RayBackend:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
                 name=server_actor_name(self.store),
             ).remote(str(self.store))
-            ray.get(self.server.ping.remote(), timeout=SERVER_START_TIMEOUT_S)
+            try:
+                ray.get(self.server.ping.remote(), timeout=SERVER_START_TIMEOUT_S)
+            except ray.exceptions.ActorDiedError as e:
+                raise RuntimeError(server_never_started(e)) from e
             self.threads = pod_threads(config)
             self.placement = PlacementWatch(self.threads, config.gpus_per_pod, config.placement_timeout_s)
             self.placement.check()  # a pod no node can host: said now, with the wait
@@ -451,6 +454,19 @@ class RayBackend:
         if self.started_ray:
             ray.shutdown()
             self.started_ray = False
+
+
+def server_never_started(error: Exception) -> str:
+    """The message for a leaderboard actor that Ray cancelled before it ran, with the one cause seen."""
+    message = f"Ray cancelled the leaderboard's actor before it started ({str(error).splitlines()[-1]})"
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        # Ray 2.60: a local ray.init switches the process to token auth for good (it sets RAY_AUTH_MODE=token
+        # and keeps it after ray.shutdown); joining a cluster without auth then works, but no actor starts there.
+        message += (". This process runs with token auth (RAY_AUTH_MODE=token), which Ray sets for the rest of the "
+                    "process once it has started a local Ray here; a cluster without auth then cancels every actor "
+                    "this process creates. Restart the interpreter (or the notebook's kernel) before joining the "
+                    "cluster, or start the cluster with token auth (RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN)")
+    return message
 
 
 def connect(config: TournamentConfig) -> bool:
