@@ -18,9 +18,15 @@ def _fixed_threads():
     torch.set_num_threads(n)
 
 
+# The test files that start or join a Ray in the pytest process itself (the others only start
+# Rays in subprocesses, which keep Ray's default: token auth for a local Ray).
+IN_PROCESS_RAY = {"test_ray_backend.py", "test_storage.py", "test_cluster_faults.py"}
+
+
 @pytest.fixture(autouse=True)
-def _ray_without_token_auth(monkeypatch):
-    """The Rays a test starts in its own process run without token auth, unless the test says otherwise.
+def _ray_without_token_auth(request, monkeypatch):
+    """The Rays these tests start in their own process (IN_PROCESS_RAY) run without token auth,
+    unless the environment says otherwise; their subprocess drivers inherit the setting.
 
     Ray 2.60's local ``ray.init`` switches the whole process to token auth (it sets RAY_AUTH_MODE=token
     in os.environ and keeps that mode after ``ray.shutdown``); that process can then still join a
@@ -29,5 +35,5 @@ def _ray_without_token_auth(monkeypatch):
     without auth would then pass or fail by which test this worker ran before (probing found it:
     tests/test_storage.py's local Ray, then the spot cluster of tests/test_cluster_faults.py).
     Clusters with token auth get their mode and token explicitly (LoopbackCluster(token=True))."""
-    if "RAY_AUTH_MODE" not in os.environ:
+    if request.node.path.name in IN_PROCESS_RAY and "RAY_AUTH_MODE" not in os.environ:
         monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

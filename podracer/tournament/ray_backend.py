@@ -460,12 +460,13 @@ def server_never_started(error: Exception) -> str:
     """The message for a leaderboard actor that Ray cancelled before it ran, with the one cause seen."""
     message = f"Ray cancelled the leaderboard's actor before it started ({str(error).splitlines()[-1]})"
     if os.environ.get("RAY_AUTH_MODE") == "token":
-        # Ray 2.60: a local ray.init switches the process to token auth for good (it sets RAY_AUTH_MODE=token
-        # and keeps it after ray.shutdown); joining a cluster without auth then works, but no actor starts there.
-        message += (". This process runs with token auth (RAY_AUTH_MODE=token), which Ray sets for the rest of the "
-                    "process once it has started a local Ray here; a cluster without auth then cancels every actor "
-                    "this process creates. Restart the interpreter (or the notebook's kernel) before joining the "
-                    "cluster, or start the cluster with token auth (RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN)")
+        # Ray 2.60: a driver on token auth joins a cluster without auth, but none of its actors start there.
+        # A local ray.init puts the process on token auth for good (RAY_AUTH_MODE=token, kept after shutdown).
+        message += (". This process runs with token auth (RAY_AUTH_MODE=token: from its environment, or set by Ray "
+                    "for the rest of the process once a local Ray has started in it), and a cluster without auth "
+                    "cancels every actor such a process creates. Join from a new interpreter (a notebook: restart "
+                    "its kernel) without RAY_AUTH_MODE=token and without starting a local Ray first, or start the "
+                    "cluster with token auth (RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN on every node)")
     return message
 
 
