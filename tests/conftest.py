@@ -23,10 +23,11 @@ def _fixed_threads():
 IN_PROCESS_RAY = {"test_ray_backend.py", "test_storage.py", "test_cluster_faults.py"}
 
 
-@pytest.fixture(autouse=True)
-def _ray_without_token_auth(request, monkeypatch):
-    """The Rays these tests start in their own process (IN_PROCESS_RAY) run without token auth,
-    unless the environment says otherwise; their subprocess drivers inherit the setting.
+@pytest.fixture(autouse=True, scope="module")
+def _ray_without_token_auth(request):
+    """The Rays these files start in their own process (IN_PROCESS_RAY) run without token auth,
+    unless the environment says otherwise; their subprocess drivers inherit the setting. Module
+    scope, autouse: set before the files' own module fixtures start a Ray (``local_ray``).
 
     Ray 2.60's local ``ray.init`` switches the whole process to token auth (it sets RAY_AUTH_MODE=token
     in os.environ and keeps that mode after ``ray.shutdown``); that process can then still join a
@@ -35,5 +36,7 @@ def _ray_without_token_auth(request, monkeypatch):
     without auth would then pass or fail by which test this worker ran before (probing found it:
     tests/test_storage.py's local Ray, then the spot cluster of tests/test_cluster_faults.py).
     Clusters with token auth get their mode and token explicitly (LoopbackCluster(token=True))."""
-    if request.node.path.name in IN_PROCESS_RAY and "RAY_AUTH_MODE" not in os.environ:
-        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.MonkeyPatch.context() as mp:
+        if request.path.name in IN_PROCESS_RAY and "RAY_AUTH_MODE" not in os.environ:
+            mp.setenv("RAY_AUTH_MODE", "disabled")
+        yield

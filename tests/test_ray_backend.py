@@ -424,17 +424,14 @@ def local_ray(tmp_path_factory):
     code_dir = tmp_path_factory.mktemp("held_code")
     (code_dir / f"{HELD_MODULE}.py").write_text(HELD_CODE)
     sys.path.insert(0, str(code_dir))
-    with pytest.MonkeyPatch.context() as mp:  # set up before the tests' own no-token default (tests/conftest.py)
-        if "RAY_AUTH_MODE" not in os.environ:
-            mp.setenv("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"PYTHONPATH": str(code_dir)}})
-        try:
-            yield importlib.import_module(HELD_MODULE)
-        finally:
-            ray.shutdown()
-            sys.path.remove(str(code_dir))
-            sys.modules.pop(HELD_MODULE, None)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"PYTHONPATH": str(code_dir)}})
+    try:
+        yield importlib.import_module(HELD_MODULE)
+    finally:
+        ray.shutdown()
+        sys.path.remove(str(code_dir))
+        sys.modules.pop(HELD_MODULE, None)
 
 
 @pytest.mark.slow
