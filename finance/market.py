@@ -97,6 +97,12 @@ def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source:
     ``load_prices``. ``history_start`` loads earlier days so indicators and the turbulence
     window are warm on the first training day; those days are used for nothing else.
     """
+    dates = sorted(set(load_kwargs) & {"start", "end", "start_date", "end_date"})
+    if dates:
+        # load_prices takes start/end, FinRL's downloaders start_date/end_date; here the splits set the dates.
+        raise TypeError(f"prepare_market takes its dates as the splits, not {dates}: train=(start, end), "
+                        f"valid=(start, end), test=(start, end) (valid or test may be None), and history_start "
+                        f"for the warm-up days before train; finance.load_prices(tickers, start, end) loads one span")
     if train is None:
         raise ValueError("prepare_market needs train=(start, end): the feature scaler and the price scale are "
                          "fitted on the training dates")

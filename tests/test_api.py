@@ -267,6 +267,29 @@ def test_mismatched_envs_get_a_clear_error_not_a_shape_traceback():
         podracer.train(agent, CartPoleVecEnv(8), 128, progress=False)
 
 
+@pytest.mark.parametrize("name", ["ppo", "sac", "td3", "ddpg", "dqn"])
+def test_act_refuses_observations_it_would_misread_and_takes_numpy(name):
+    """Found by probing: ``act`` on one unbatched observation (3,) broadcast it into actions for 3
+    envs, and a wrong width failed inside a matmul with torch's shape message."""
+    import numpy as np
+
+    env = CartPoleVecEnv(4) if name == "dqn" else PendulumVecEnv(4)
+    agent = podracer.make_agent(name, env, seed=0, verbose=False)
+    obs, _ = env.reset(seed=0)
+    dim = obs.shape[1]
+    with pytest.raises(ValueError, match=rf"expected a batch of observations of shape \(N, {dim}\), got \({dim},\) "
+                                         r"\(one observation\? add the batch dimension: obs\[None\]\)"):
+        agent.act(obs[0])
+    with pytest.raises(ValueError, match=rf"shape \(N, {dim}\), got \(4, {dim + 2}\); the agent was built for"):
+        agent.act(torch.zeros(4, dim + 2))
+    with pytest.raises(TypeError, match="takes a batch of observations as a torch.Tensor"):
+        agent.act(obs.tolist())
+    # A NumPy batch (float64, as gymnasium gives) is converted: the same actions as the tensor.
+    assert torch.equal(agent.act(obs.numpy().astype(np.float64), deterministic=True), agent.act(obs, deterministic=True))
+    assert agent.act(obs.numpy()).shape[0] == 4
+    assert agent(obs[None, 0]).shape[0] == 1  # the policy call takes a batch of one
+
+
 def test_numpy_integers_are_sizes_and_seeds_while_floats_and_bools_are_refused():
     import numpy as np
 

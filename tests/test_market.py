@@ -63,6 +63,14 @@ def test_train_split_is_required():
         prepare_market(TICKERS, train=None, valid=SPANS["valid"], test=SPANS["test"])
 
 
+def test_dates_given_as_start_and_end_name_the_splits():
+    """Found by probing: ``prepare_market(start=..., end=...)`` (yfinance's and load_prices' names)
+    failed with "load_prices() got multiple values for keyword argument 'start'"."""
+    for dates in (dict(start="2010-01-01", end="2020-12-31"), dict(start_date="2010-01-01")):
+        with pytest.raises(TypeError, match=r"takes its dates as the splits.*train=\(start, end\)"):
+            prepare_market(TICKERS, **dates)
+
+
 # ---------------------------------------------------------------------------- issue 22: OHLCV
 def test_an_ohlcv_market_carries_opens_and_volume_to_its_envs(market):
     import torch

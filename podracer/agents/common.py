@@ -10,8 +10,8 @@ The agent interface (what ``podracer.train``, the tournament and notebooks rely 
 
 - ``Agent(observation_space, action_space, config=None, device="cpu")`` — gymnasium spaces of
   ONE sub-env (``env.single_observation_space``, ``env.single_action_space``).
-- ``act(obs, deterministic=False) -> actions`` — ``obs`` ``(N, obs_dim)`` on ``device``;
-  returns actions in the env's action space, ready for ``env.step``.
+- ``act(obs, deterministic=False) -> actions`` — ``obs`` ``(N, obs_dim)`` on ``device`` (checked by
+  ``check_obs``); returns actions in the env's action space, ready for ``env.step``.
 - ``train_step(env, obs) -> (obs, metrics)`` — collect from the env starting at ``obs`` and
   update once (PPO: one rollout and its epochs; off-policy: a chunk of steps with their
   gradient updates). ``metrics`` is a flat dict of floats with namespaced keys
@@ -388,6 +388,27 @@ class AgentBase:
     # -- interface the subclass fills in
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         raise NotImplementedError
+
+    def check_obs(self, obs: Any) -> torch.Tensor:
+        """``obs`` as ``act`` takes it: a batch ``(N, *observation shape)`` (or ``(N, obs_dim)``) on the
+        agent's device; a NumPy array is converted there. Anything else is refused with what was
+        expected: broadcast into the networks, a single ``(obs_dim,)`` observation would come back as
+        actions for ``obs_dim`` envs, and a wrong width as a shape error from inside a matmul."""
+        if isinstance(obs, np.ndarray):
+            obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        elif not isinstance(obs, torch.Tensor):
+            raise TypeError(f"{type(self).__name__}.act takes a batch of observations as a torch.Tensor (or a NumPy "
+                            f"array), got {type(obs).__name__}")
+        shape = tuple(self.observation_space.shape)
+        if obs.ndim == 0 or (tuple(obs.shape[1:]) != shape and tuple(obs.shape[1:]) != (self.obs_dim,)):
+            one = " (one observation? add the batch dimension: obs[None])" if tuple(obs.shape) == shape else ""
+            raise ValueError(f"{type(self).__name__}.act expected a batch of observations of shape (N, "
+                             f"{', '.join(map(str, shape)) or self.obs_dim}), got {tuple(obs.shape)}{one}; the agent "
+                             f"was built for observation space {self.observation_space}")
+        if obs.device != self.device:
+            raise ValueError(f"{type(self).__name__}.act got observations on {obs.device}, the agent is on "
+                             f"{self.device}: pass obs.to(agent.device), or build the agent with device=env.device")
+        return obs
 
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError

@@ -184,7 +184,7 @@ class DQN(OffPolicyAgent):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         eps = 0.0 if deterministic else self.epsilon
-        return self._greedy_or_random(obs, eps) + self.action_start
+        return self._greedy_or_random(self.check_obs(obs), eps) + self.action_start
 
     def explore(self, obs: torch.Tensor, warmup: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Uniform random (ε = 1) during warm-up, then ε-greedy; the buffer stores the indices."""

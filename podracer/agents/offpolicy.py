@@ -229,7 +229,7 @@ class DeterministicPolicyAgent(OffPolicyAgent):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """mu(s), or with Gaussian exploration noise of scale ``exploration_noise`` (x the Box scale)."""
-        obs = obs.reshape(obs.shape[0], -1)
+        obs = self.check_obs(obs).reshape(obs.shape[0], -1)
         actor = self.model.actor
         actions = actor(obs) if deterministic else actor.noisy(obs, self.config.exploration_noise, self.generator)
         return actions.reshape(obs.shape[0], *self.action_space.shape)

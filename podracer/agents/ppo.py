@@ -371,7 +371,7 @@ class PPO(AgentBase):
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions for ``obs`` (N, obs_dim), ready for ``env.step``: the Gaussian mean (clipped) or
         the most likely category when ``deterministic``, else a sample."""
-        actions, _ = self._sample(self._normalize_obs(obs), deterministic)
+        actions, _ = self._sample(self._normalize_obs(self.check_obs(obs)), deterministic)
         return self._to_env(actions)
 
     # -- training

@@ -185,7 +185,7 @@ class SAC(OffPolicyAgent):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        obs = obs.reshape(obs.shape[0], -1)
+        obs = self.check_obs(obs).reshape(obs.shape[0], -1)
         if deterministic:
             actions = self.model.actor.deterministic(obs)
         else:
