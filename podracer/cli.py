@@ -21,6 +21,7 @@ unless ``--threads`` says otherwise.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -136,7 +137,7 @@ def cmd_tournament(args: argparse.Namespace) -> int:
                                       threads_per_pod=args.threads_per_pod, time_budget=args.time_budget,
                                       storage_path=args.storage_path).items()
                if v is not None}
-    pods: int | str = args.pods if args.pods == "auto" else int(args.pods)
+    pods: int | str = args.pods  # a positive int or "auto" (pods_arg)
     if args.export and Path(args.export).suffix.lower() not in EXPORT_SUFFIXES:  # now, not after the run
         raise SystemExit(f"podracer tournament: --export {args.export}: name the file *.csv or *.parquet")
     try:
@@ -168,6 +169,34 @@ THREADS_HELP = ("torch CPU threads (default 1: on small MLPs more threads mostly
                 "machine contention)")
 
 
+def positive_int(text: str) -> int:
+    """An argparse type for counts (steps, sub-envs, episodes, threads), ``1e6`` included: argparse's own
+    usage error for 0 or less, not a traceback from deep in training, nor a 0 silently read as "the default"."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)  # 1e6 and 2.5e5 are whole numbers too
+        except ValueError:
+            number = math.nan
+        if not number.is_integer():
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        value = int(number)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
+    return value
+
+
+def pods_arg(text: str) -> int | str:
+    """``--pods``: a positive whole number or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number or 'auto', got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="podracer", description="Train and evaluate Podracer agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -176,28 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train AGENT on ENV; log and checkpoint to --log-dir.")
     t.add_argument("agent", help="agent name, e.g. ppo")
     t.add_argument("env", help=ENV_HELP)
-    t.add_argument("--steps", type=int, default=None, help="env steps summed over sub-envs (default: preset or 100000)")
-    t.add_argument("--num-envs", type=int, default=None, help="sub-envs stepped together (default: preset or 16)")
+    t.add_argument("--steps", type=positive_int, default=None, help="env steps summed over sub-envs (default: preset or 100000)")
+    t.add_argument("--num-envs", type=positive_int, default=None, help="sub-envs stepped together (default: preset or 16)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--log-dir", default=None, help="default runs/<agent>_<env>_seed<seed>")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    t.add_argument("--eval-every", type=int, default=20_000, help="env steps between evaluations")
-    t.add_argument("--eval-episodes", type=int, default=16, help="episodes per evaluation (one per eval sub-env)")
-    t.add_argument("--checkpoint-every", type=int, default=None, help="env steps between extra checkpoints")
+    t.add_argument("--eval-every", type=positive_int, default=20_000, help="env steps between evaluations")
+    t.add_argument("--eval-episodes", type=positive_int, default=16, help="episodes per evaluation (one per eval sub-env)")
+    t.add_argument("--checkpoint-every", type=positive_int, default=None, help="env steps between extra checkpoints")
     t.add_argument("--target-return", type=float, default=None, help="stop at the first eval reaching this")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, value as YAML (repeatable)")
-    t.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    t.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a checkpoint", description="Deterministic evaluation of a saved agent.")
     e.add_argument("checkpoint", help="a .pt file written by agent.save / podracer train")
     e.add_argument("env", help=ENV_HELP)
-    e.add_argument("--episodes", type=int, default=16, help="episodes (one per sub-env)")
+    e.add_argument("--episodes", type=positive_int, default=16, help="episodes (one per sub-env)")
     e.add_argument("--seed", type=int, default=10_000)
     e.add_argument("--device", default="cpu")
-    e.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    e.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
     e.set_defaults(func=cmd_eval)
 
     r = sub.add_parser("tournament", help="train a pool of pods against one leaderboard (local or Ray)",
@@ -205,21 +234,21 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the leaderboard in --store; run again with the same store to resume.")
     r.add_argument("agent", help="agent name, e.g. ppo")
     r.add_argument("env", help=ENV_HELP)
-    r.add_argument("--pods", default="4", help='pods training at once, or "auto": as many as the machine or '
+    r.add_argument("--pods", type=pods_arg, default=4, help='pods training at once, or "auto": as many as the machine or '
                                                'cluster holds, following it as nodes join and leave (default 4)')
-    r.add_argument("--generations", type=int, default=5, help="generations per pod: the budget is pods * this")
-    r.add_argument("--entries", type=int, default=None, help="board entries to reach instead (needed with --pods auto "
+    r.add_argument("--generations", type=positive_int, default=5, help="generations per pod: the budget is pods * this")
+    r.add_argument("--entries", type=positive_int, default=None, help="board entries to reach instead (needed with --pods auto "
                                                              "unless --time-budget is given)")
-    r.add_argument("--generation-steps", type=int, default=20_000, help="env steps per generation")
+    r.add_argument("--generation-steps", type=positive_int, default=20_000, help="env steps per generation")
     r.add_argument("--time-budget", type=float, default=None, help="seconds; pods finish their generation, then stop")
-    r.add_argument("--num-envs", type=int, default=None, help="sub-envs per pod (default: preset or 16)")
-    r.add_argument("--eval-episodes", type=int, default=16, help="validation episodes per generation")
+    r.add_argument("--num-envs", type=positive_int, default=None, help="sub-envs per pod (default: preset or 16)")
+    r.add_argument("--eval-episodes", type=positive_int, default=16, help="validation episodes per generation")
     r.add_argument("--store", default=None, help="leaderboard directory (default runs/tournament_<agent>_<env>)")
     r.add_argument("--backend", default="local", choices=["local", "ray"])
     r.add_argument("--address", default=None, help='ray: cluster to join ("auto" on a cluster node; default '
                                                    '$RAY_ADDRESS, else a local Ray instance)')
     r.add_argument("--gpus-per-pod", type=float, default=None, help="ray: GPUs per pod, fractions allowed")
-    r.add_argument("--threads-per-pod", type=int, default=None, help="torch threads (and CPUs asked of Ray) per pod")
+    r.add_argument("--threads-per-pod", type=positive_int, default=None, help="torch threads (and CPUs asked of Ray) per pod")
     r.add_argument("--device", default="cpu", help="device of each pod's envs and agent (cuda on GPU pods)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

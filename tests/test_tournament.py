@@ -640,6 +640,9 @@ def test_numeric_settings_must_be_numbers_with_a_named_error(tmp_path):
                                 "exploit_margin": np.float32(1.5), "generations": None, "time_budget": 60})
     assert (plain.generation_steps, plain.seed, plain.exploit_margin) == (10_000, 3, 1.5)
     assert "generation_steps: 10000\n" in plain.to_yaml()  # plain numbers: the YAML stays readable
+    for budget in (-1, 0, math.inf, math.nan):  # found by probing: -1 ran, trained nothing and "finished"
+        with pytest.raises(ValueError, match="time_budget must be a positive number of seconds or None"):
+            TournamentConfig(**{**t.config.to_dict(), "time_budget": budget})
 
 
 def test_from_store_runs_only_trusted_or_allowed_code(tmp_path, user_module):

@@ -90,7 +90,36 @@ def test_cli_errors_name_the_fix(tmp_path):
     assert res.returncode != 0 and "not an agent class" in res.stderr and "Traceback" not in res.stderr
     (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
     res = _run("eval", str(tmp_path / "garbage.pt"), "pendulum")
-    assert res.returncode != 0 and "cannot be loaded" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode != 0 and "cannot be loaded: not a file written by agent.save" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "ppo", "pendulum", "--steps", "-5"], "argument --steps: must be a positive whole number, got -5"),
+    (["train", "ppo", "pendulum", "--num-envs", "0"], "argument --num-envs: must be a positive whole number, got 0"),
+    (["train", "ppo", "pendulum", "--steps", "1.5"], "argument --steps: expected a whole number, got '1.5'"),
+    (["eval", "x.pt", "pendulum", "--episodes", "0"], "argument --episodes: must be a positive whole number"),
+    (["tournament", "ppo", "pendulum", "--generation-steps", "0"], "argument --generation-steps: must be a positive"),
+    (["tournament", "ppo", "pendulum", "--pods", "many"],
+     "argument --pods: expected a positive whole number or 'auto', got 'many'"),  # was a traceback from int()
+])
+def test_cli_counts_below_one_are_usage_errors(argv, message, capsys):
+    """Found by probing: ``--steps -5`` ended in a traceback from train(), and ``--num-envs 0`` trained
+    silently on the preset's sub-env count (0 read as "not given")."""
+    from podracer.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_counts_take_whole_numbers_in_any_notation():
+    from podracer.cli import build_parser
+
+    args = build_parser().parse_args(["train", "ppo", "pendulum", "--steps", "1e6", "--eval-every", "20_000"])
+    assert (args.steps, args.eval_every) == (1_000_000, 20_000)
+    assert build_parser().parse_args(["tournament", "ppo", "pendulum", "--pods", "auto"]).pods == "auto"
+    assert build_parser().parse_args(["tournament", "ppo", "pendulum"]).pods == 4
 
 
 @pytest.mark.slow
@@ -115,7 +144,7 @@ def test_cli_tournament_runs_resumes_and_explains_bad_settings(tmp_path):
     assert res.returncode == 0, res.stderr
     assert len(podracer.Leaderboard(store)) == 4
     for bad, message in [(("--pods", "auto"), "entries=N"), (("--set", "hidden_sizes=[32]"), "different tournament"),
-                         (("--pods", "0"), "pods must be"),
+                         (("--pods", "0"), "argument --pods: expected a positive whole number or 'auto'"),
                          (("--backend", "ray", "--address", "ray://head:10001"), "Ray Client address")]:
         res = _run(*args, *bad)  # argparse: the last --pods / --set wins
         assert res.returncode != 0 and message in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import numbers
 import os
 import pickle
@@ -116,6 +117,11 @@ class TournamentConfig:
             raise ValueError("give generations=... or time_budget=... (or both): the run needs a budget")
         if self.generations is not None and self.generations < 1:
             raise ValueError(f"generations must be >= 1 or None, got {self.generations}")
+        budget = self.time_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Real)
+                                   or not 0 < budget < math.inf):
+            # Found by probing: a budget of -1 s ran, trained nothing and ended "finished" with an empty board.
+            raise ValueError(f"time_budget must be a positive number of seconds or None, got {self.time_budget!r}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; use one of {SELECTIONS}")
         if not all(0.0 <= p <= 1.0 for p in (self.explore_prob, self.resample_prob, self.init_resample_prob)):
