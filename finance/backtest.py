@@ -367,7 +367,9 @@ def _check_close(close: pd.DataFrame, what: str) -> np.ndarray:
     """The (D, S) prices of a dates x tickers frame, after the checks the env makes too."""
     if not isinstance(close, pd.DataFrame) or isinstance(close.columns, pd.MultiIndex):
         got = "MultiIndex columns" if isinstance(close, pd.DataFrame) else type(close).__name__
-        raise ValueError(f"{what} must be a dates x tickers DataFrame of closes (prices['close']), got {got}")
+        hint = ("; pass the env's prices, e.g. market.close['test'] (or run a policy on the env: "
+                "finance.backtest(finance.BuyAndHoldPolicy(env, weights), env))" if hasattr(close, "step") else "")
+        raise ValueError(f"{what} must be a dates x tickers DataFrame of closes (prices['close']), got {got}{hint}")
     check_dates(close.index, what)
     values = check_numeric(close, what)
     check_prices(values, close.index, list(close.columns), what)
@@ -398,9 +400,9 @@ def buy_and_hold(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, ini
     inside the budget; the rounding remainder stays cash. The same arithmetic as the env fed
     ``BuyAndHoldPolicy``, which is how ``tests/test_backtest.py`` cross-checks the env.
     """
+    p = _check_close(close, "close")  # first: a wrong first argument is named, not read for its .shape
     w = _check_weights(weights, close.shape[1])
     initial_cash, cost_pct = _check_cash_and_costs(initial_cash, cost_pct)
-    p = _check_close(close, "close")
     shares = np.floor(w * initial_cash / (p[0] * (1.0 + cost_pct)))
     spent = float(shares @ p[0])
     cash = initial_cash - spent * (1.0 + cost_pct)
@@ -645,11 +647,11 @@ def rebalanced(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, cost_
     ``finance.portfolio_env.rebalance_remainder``), and ``V_{d+1} = V_d * mu_d * G_d``. Positions
     are shares of the unit account, not rounded; no trade on the last day.
     """
+    p = _check_close(close, "close")  # first: a wrong first argument is named, not read for its .shape
     w = _check_weights(weights, close.shape[1])
     _, cost_pct = _check_cash_and_costs(1.0, cost_pct)
     if execution not in ("close", "next_close"):
         raise ValueError(f"execution must be 'close' or 'next_close' (PortfolioVecEnv's), got {execution!r}")
-    p = _check_close(close, "close")
     D, S = p.shape
     first = 0 if execution == "close" else 1  # the first trade day
     g = p[1:] / p[:-1]  # (D-1, S)
@@ -779,6 +781,9 @@ def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool =
                 add(str(k), v)
         else:
             add(None, item)
+    if not rows:  # compare() or compare({}): an empty table would fail below on its missing columns
+        raise ValueError("compare needs at least one strategy: BacktestResult objects, account-value series, or a "
+                         "dict name -> either, e.g. compare(result) or compare({'ppo': result, 'index': prices})")
     table = pd.DataFrame(rows).T
     table.index.name = "strategy"
     columns = list(METRICS) + (list(BENCHMARK_METRICS) if benchmark is not None else []) + \

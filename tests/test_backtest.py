@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAndHoldPolicy, backtest, buy_and_hold,
-                              compare, drawdown_durations, index_baseline, min_variance_weights, risk_metric_names)
+                              compare, drawdown_durations, index_baseline, min_variance_weights, rebalanced,
+                              risk_metric_names)
 from finance.data.checks import DataError
 from finance.env import StockTradingVecEnv
 from finance.trading_calendar import CalendarWarning
@@ -104,9 +105,24 @@ def test_compare_builds_a_table_with_baselines_and_series():
     assert list(compare(res, include_baselines=False).index) == ["cash"]
     with pytest.raises(TypeError, match="compare takes"):
         compare([1, 2])
+    for empty in ((), ({},)):  # found by probing: a KeyError listing the missing metric columns
+        with pytest.raises(ValueError, match="compare needs at least one strategy"):
+            compare(*empty)
 
 
 # ---------------------------------------------------------------------------- baselines
+def test_a_baseline_given_an_env_instead_of_prices_names_the_prices():
+    """Found by probing: ``rebalanced(env, weights)`` failed with "'StockTradingVecEnv' object has no
+    attribute 'shape'" (the weights were checked against ``close.shape`` before ``close`` was)."""
+    close = synthetic_close()
+    env = StockTradingVecEnv(close, num_envs=1)
+    for baseline in (buy_and_hold, rebalanced):
+        with pytest.raises(ValueError, match=r"close must be a dates x tickers DataFrame.*got StockTradingVecEnv; "
+                                             r"pass the env's prices, e\.g\. market\.close\['test'\]"):
+            baseline(env, np.full(6, 1 / 6))
+        assert baseline(close, np.full(6, 1 / 6)).account_value.iloc[-1] > 0
+
+
 def test_min_variance_weights_known_answer():
     # Two assets with exactly uncorrelated, zero-mean returns of std a and b (sample cov is
     # diagonal): w = (b^2, a^2) / (a^2 + b^2). A third with higher vol and perfect correlation
