@@ -53,7 +53,8 @@ def loads(data: bytes, checksum: str | None = None, device: str | torch.device =
     try:
         ckpt = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except Exception as e:  # any unpickling error means the same thing here: unusable bytes
-        raise CheckpointError(f"checkpoint {source} cannot be loaded: not a file written by agent.save, podracer train or a tournament, or damaged ({type(e).__name__}: {e})") from e
+        raise CheckpointError(f"checkpoint {source} cannot be loaded: not a file written by agent.save, podracer "
+                              f"train or a tournament, or damaged ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or "state" not in ckpt:
         raise CheckpointError(f"checkpoint {source} is not an agent checkpoint (no 'state' key)")
     return ckpt

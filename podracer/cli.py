@@ -205,13 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train AGENT on ENV; log and checkpoint to --log-dir.")
     t.add_argument("agent", help="agent name, e.g. ppo")
     t.add_argument("env", help=ENV_HELP)
-    t.add_argument("--steps", type=positive_int, default=None, help="env steps summed over sub-envs (default: preset or 100000)")
-    t.add_argument("--num-envs", type=positive_int, default=None, help="sub-envs stepped together (default: preset or 16)")
+    t.add_argument("--steps", type=positive_int, default=None,
+                   help="env steps summed over sub-envs (default: preset or 100000)")
+    t.add_argument("--num-envs", type=positive_int, default=None,
+                   help="sub-envs stepped together (default: preset or 16)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--log-dir", default=None, help="default runs/<agent>_<env>_seed<seed>")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     t.add_argument("--eval-every", type=positive_int, default=20_000, help="env steps between evaluations")
-    t.add_argument("--eval-episodes", type=positive_int, default=16, help="episodes per evaluation (one per eval sub-env)")
+    t.add_argument("--eval-episodes", type=positive_int, default=16,
+                   help="episodes per evaluation (one per eval sub-env)")
     t.add_argument("--checkpoint-every", type=positive_int, default=None, help="env steps between extra checkpoints")
     t.add_argument("--target-return", type=float, default=None, help="stop at the first eval reaching this")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -234,11 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the leaderboard in --store; run again with the same store to resume.")
     r.add_argument("agent", help="agent name, e.g. ppo")
     r.add_argument("env", help=ENV_HELP)
-    r.add_argument("--pods", type=pods_arg, default=4, help='pods training at once, or "auto": as many as the machine or '
-                                               'cluster holds, following it as nodes join and leave (default 4)')
-    r.add_argument("--generations", type=positive_int, default=5, help="generations per pod: the budget is pods * this")
-    r.add_argument("--entries", type=positive_int, default=None, help="board entries to reach instead (needed with --pods auto "
-                                                             "unless --time-budget is given)")
+    r.add_argument("--pods", type=pods_arg, default=4,
+                   help='pods training at once, or "auto": as many as the machine or cluster holds, following '
+                        'it as nodes join and leave (default 4)')
+    r.add_argument("--generations", type=positive_int, default=5,
+                   help="generations per pod: the budget is pods * this")
+    r.add_argument("--entries", type=positive_int, default=None,
+                   help="board entries to reach instead (needed with --pods auto unless --time-budget is given)")
     r.add_argument("--generation-steps", type=positive_int, default=20_000, help="env steps per generation")
     r.add_argument("--time-budget", type=float, default=None, help="seconds; pods finish their generation, then stop")
     r.add_argument("--num-envs", type=positive_int, default=None, help="sub-envs per pod (default: preset or 16)")
@@ -248,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--address", default=None, help='ray: cluster to join ("auto" on a cluster node; default '
                                                    '$RAY_ADDRESS, else a local Ray instance)')
     r.add_argument("--gpus-per-pod", type=float, default=None, help="ray: GPUs per pod, fractions allowed")
-    r.add_argument("--threads-per-pod", type=positive_int, default=None, help="torch threads (and CPUs asked of Ray) per pod")
+    r.add_argument("--threads-per-pod", type=positive_int, default=None,
+                   help="torch threads (and CPUs asked of Ray) per pod")
     r.add_argument("--device", default="cpu", help="device of each pod's envs and agent (cuda on GPU pods)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

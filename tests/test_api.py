@@ -285,7 +285,8 @@ def test_act_refuses_observations_it_would_misread_and_takes_numpy(name):
     with pytest.raises(TypeError, match="takes a batch of observations as a torch.Tensor"):
         agent.act(obs.tolist())
     # A NumPy batch (float64, as gymnasium gives) is converted: the same actions as the tensor.
-    assert torch.equal(agent.act(obs.numpy().astype(np.float64), deterministic=True), agent.act(obs, deterministic=True))
+    expected = agent.act(obs, deterministic=True)
+    assert torch.equal(agent.act(obs.numpy().astype(np.float64), deterministic=True), expected)
     assert agent.act(obs.numpy()).shape[0] == 4
     assert agent(obs[None, 0]).shape[0] == 1  # the policy call takes a batch of one
 
