@@ -64,9 +64,10 @@ def _check_returns(returns: Any, what: str = "returns") -> np.ndarray:
     if len(r) < MIN_OBSERVATIONS:
         raise ValueError(f"{what} has {len(r)} observation(s); the PSR needs at least {MIN_OBSERVATIONS} "
                          "(and is only meaningful with dozens): pass a longer series")
-    if r.std() == 0.0:
+    if np.ptp(r) == 0.0:  # exact: the std of a constant 1e-4 is round-off (1e-20), not 0, and its "Sharpe" 1e15
         raise ValueError(f"{what} are constant ({r[0]:g} every period), so the Sharpe ratio is undefined; "
-                         "a strategy that never trades has nothing to test")
+                         "a strategy that never trades has nothing to test (cash at a fixed rate: pass excess "
+                         "returns, returns minus the risk-free rate)")
     return r
 
 
@@ -272,8 +273,8 @@ def deflated_sharpe_ratio(returns: pd.Series | np.ndarray, num_trials: int | str
             raise ValueError("pass trial_returns, or trial_sharpes, or trials_sharpe_std, not several: each gives "
                              "the trials' Sharpe ratios")
         frame = _check_trials(trial_returns, None)
-        std = frame.std(ddof=1)
-        trial_sharpes = (frame.mean() / std.where(std > 0)).fillna(0.0).to_numpy()  # per period
+        varies = frame.max() > frame.min()  # a constant trial's std is round-off, not 0: Sharpe 0 (_check_distinct)
+        trial_sharpes = (frame.mean() / frame.std(ddof=1).where(varies)).fillna(0.0).to_numpy()  # per period
         periods_per_year = None
         if num_trials == "effective":
             num_trials = max(1, round(_effective_trials(frame, effective_method)))
@@ -416,6 +417,12 @@ def _check_distinct(frame: pd.DataFrame) -> None:
     if (np.ptp(values, axis=1) == 0).all():
         raise ValueError("every trial in trial_returns is constant (no trial ever varies: a strategy that never "
                          "trades); there is no Sharpe ratio to compare. Pass the returns of strategies that trade")
+    fixed = [str(c) for c, trial in zip(frame.columns, values) if np.ptp(trial) == 0 and trial[0] != 0]
+    if fixed:
+        warnings.warn(f"trial_returns: trial(s) {fixed[:8]} earn the same non-zero return every period (cash at a "
+                      "fixed rate?): a Sharpe ratio is undefined there and they count as Sharpe 0, as a flat trial "
+                      "does; pass excess returns (minus the risk-free rate) so that cash is 0", UserWarning,
+                      stacklevel=4)
     dropped = sorted(set(range(frame.shape[1])) - set(first.values()))
     if dropped:
         names = [str(frame.columns[i]) for i in dropped]
@@ -445,7 +452,9 @@ def _moment_metrics(blocks: np.ndarray, train: np.ndarray, metric: str) -> tuple
         std = np.sqrt(np.maximum(s2 - s1**2 / n, 0.0) / (n - 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             sr = mean / std
-        return np.where(np.isnan(sr), 0.0, sr)  # no variance and no mean (a flat trial): Sharpe 0
+        # A trial constant over the half (all cash) has no variance: Sharpe 0, not 0/0 or, when its
+        # constant is not 0, mean / round-off (±inf or 1e15). No real strategy's std is 1e-9 of its mean.
+        return np.where(std > 1e-9 * np.abs(mean), sr, 0.0)
 
     return half(train), half(1.0 - train)
 

@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from finance.data.checks import check_numeric
-from finance.overfitting import _check_returns, _per_period
+from finance.overfitting import _check_returns, _per_period, _warn_if_annualised
 
 SHARPE_DIFFERENCE_METHODS = ("hac", "memmel")
 HAC_KERNELS = ("qs", "parzen", "bartlett")  # arch.covariance.kernel: QuadraticSpectral, Parzen, Bartlett
@@ -202,6 +202,8 @@ def minimum_track_record_length(returns: pd.Series | np.ndarray, benchmark_sharp
     r = _check_returns(check_numeric(returns, "returns"))
     sr = r.mean() / r.std(ddof=1)
     benchmark = _per_period(benchmark_sharpe, periods_per_year, "benchmark_sharpe")
+    if periods_per_year is None:  # as probabilistic_sharpe_ratio: an annualised SR* would give inf without a word
+        _warn_if_annualised(benchmark, sr, "benchmark_sharpe")
     return min_track_record_from_moments(sr, float(stats.skew(r)), float(stats.kurtosis(r, fisher=False)), benchmark,
                                          confidence)
 
@@ -327,7 +329,9 @@ def spa_test(strategies: pd.DataFrame, benchmark: pd.Series, block_length: int |
     ``studentize=True`` does not divide by ω^_k (arch 7 and 8), so the differentials are divided
     by ω^_k here (``stationary_bootstrap_variance``, Hansen's estimator, arch's own) before
     they go in: the max over k of d̄_k / ω^_k is Hansen's statistic, and for the Reality Check the
-    raw differentials go in as they are.
+    raw differentials go in as they are. arch compares the resampled maxima with max_k of the
+    studentised d̄_k without Hansen's floor at 0; the two differ only when every strategy's mean is
+    below the benchmark's, and then arch's p-value is the larger (the more conservative).
 
     The criterion is the mean return (White's and Hansen's loss is -return); pass excess returns,
     or any per-period performance series, to compare something else.

@@ -4,6 +4,7 @@ a brute-force CSCV and Monte-Carlo checks of what each probability claims."""
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 
 import empyrical
@@ -16,6 +17,7 @@ from scipy import stats
 from finance.overfitting import (deflated_sharpe_ratio, effective_trials, expected_max_sharpe, pbo,
                                  probabilistic_sharpe_ratio, probability_of_backtest_overfitting, psr_from_moments,
                                  sharpe_ratio, trial_returns_from_leaderboard)
+from finance.statistics import minimum_track_record_length
 
 
 # ---------------------------------------------------------------------------- PSR
@@ -390,6 +392,29 @@ def test_degenerate_trial_sets_are_refused_or_flagged():
         probabilistic_sharpe_ratio(pd.Series(r).astype(str))
 
 
+def test_returns_constant_but_not_zero_are_not_read_as_a_huge_sharpe_ratio():
+    """Found by re-deriving the maths: cash at a fixed rate (a constant 1e-4 a day) has a std of
+    round-off (1e-20), not 0, so it passed the constant-returns check with a Sharpe ratio of 1e15,
+    and as one trial among others it took the DSR's expected maximum with it (DSR 0.0) or won
+    every CSCV split."""
+    cash = np.full(252, 1e-4)
+    assert cash.std() > 0  # the round-off the check no longer relies on
+    for call in (sharpe_ratio, probabilistic_sharpe_ratio, minimum_track_record_length):
+        with pytest.raises(ValueError, match=r"constant \(0.0001 every period\).*pass excess returns"):
+            call(cash)
+    rng = np.random.default_rng(14)
+    trials = pd.DataFrame(rng.normal(5e-4, 0.01, (1000, 8)), columns=[f"t{i}" for i in range(8)])
+    r = rng.normal(1e-3, 0.01, 1000)
+    with_cash = trials.assign(cash=0.03 / 252)
+    with pytest.warns(UserWarning, match=r"\['cash'\] earn the same non-zero return every period.*Sharpe 0"):
+        dsr = deflated_sharpe_ratio(r, trial_returns=with_cash)
+    flat = deflated_sharpe_ratio(r, trial_returns=trials.assign(cash=0.0))  # the flat trial it now equals
+    assert dsr == pytest.approx(flat) and dsr > 0.5  # was 0.0
+    with pytest.warns(UserWarning, match="earn the same non-zero return"):
+        result = probability_of_backtest_overfitting(with_cash, n_splits=8)
+    assert result.pbo == pytest.approx(probability_of_backtest_overfitting(trials.assign(cash=0.0), n_splits=8).pbo)
+
+
 def test_a_sharpe_ratio_in_the_wrong_units_warns():
     r = np.random.default_rng(13).normal(5e-4, 0.01, 500)  # per period about 0.05
     with pytest.warns(UserWarning, match=r"benchmark_sharpe=1 is read per period.*pass periods_per_year"):
@@ -403,3 +428,5 @@ def test_a_sharpe_ratio_in_the_wrong_units_warns():
         deflated_sharpe_ratio(r, trial_sharpes=[1.0, 2.0, 0.5, 1.5])
     with pytest.warns(UserWarning, match=r"trials_sharpe_std=0.8 is read per period"):
         deflated_sharpe_ratio(r, 10, 0.8)
+    with pytest.warns(UserWarning, match=r"benchmark_sharpe=1 is read per period"):  # was inf without a word
+        assert minimum_track_record_length(r, 1.0) == math.inf
