@@ -255,6 +255,18 @@ def test_continuous_agents_reject_discrete_actions(name):
         make_agent(name, CartPoleVecEnv(num_envs=2))
 
 
+def test_sac_refuses_a_fixed_action_dimension_that_td3_and_ddpg_take():
+    """Found by re-deriving SAC: a Box dimension with low == high has (high - low) / 2 = 0 in the
+    squashing's Jacobian, log π = +inf, and every loss, α and weight NaN after one update."""
+    obs_space = gym.spaces.Box(-1.0, 1.0, (3,))
+    fixed = gym.spaces.Box(low=torch.tensor([-1.0, 0.5]).numpy(), high=torch.tensor([1.0, 0.5]).numpy())
+    with pytest.raises(ValueError, match=r"SAC needs low < high on every action dimension; dimension\(s\) \[1\]"):
+        podracer.get_agent_class("sac")(obs_space, fixed)
+    for name in ("td3", "ddpg"):
+        actions = podracer.get_agent_class(name)(obs_space, fixed).act(torch.zeros(4, 3))
+        assert torch.isfinite(actions).all() and (actions[:, 1] == 0.5).all()
+
+
 @pytest.mark.parametrize("name", DISCRETE)
 def test_discrete_agents_reject_box_actions(name):
     with pytest.raises(ValueError, match="needs a Discrete action space"):

@@ -154,6 +154,13 @@ class SAC(OffPolicyAgent):
 
     def build_model(self) -> SACModel:
         cfg = self.config
+        fixed = torch.nonzero(self.bounds.scale == 0).flatten().tolist()
+        if fixed:
+            # log π holds -log((high - low) / 2) per dimension (the squashing's Jacobian): +inf on a
+            # dimension with low == high, and every loss, α and weight NaN after the first update.
+            raise ValueError(f"SAC needs low < high on every action dimension; dimension(s) {fixed} of "
+                             f"{self.action_space} are fixed (low == high). Drop them from the action space with a "
+                             f"wrapper, or use 'td3', 'ddpg' or 'ppo', which take such a space")
         self.target_entropy = float(-self.act_dim if cfg.target_entropy is None else cfg.target_entropy)
         return SACModel(self.obs_dim, cfg, self.bounds)
 
