@@ -660,7 +660,7 @@ def rebalanced(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, cost_
     drifted[first + 1:] = (w * g / growth[:, None])[first:D - 2]
     mu = np.ones(D - 1)
     mu[first:] = rebalance_remainder(torch.as_tensor(np.broadcast_to(w, (D - 1 - first, S)).copy()),
-                                     torch.as_tensor(drifted[first:]), cost_pct).numpy()
+                                     torch.as_tensor(drifted[first:]), cost_pct, float(w.sum())).numpy()
     factor = np.where(np.arange(D - 1) >= first, mu * growth, 1.0)  # all cash before the first trade
     value = np.r_[1.0, np.cumprod(factor)]
     traded = np.arange(D - 1) >= first

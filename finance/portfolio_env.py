@@ -26,9 +26,11 @@ after costs (Jiang et al.'s transaction remainder factor). With proportional cos
 
     mu = 1 - c * sum_i |mu * w_i - w'_i|
 
-solved by fixed-point iteration (a contraction for c < 1: each step shrinks the error by c;
-``COST_ITERATIONS`` steps take it below 1e-15 for c <= 1e-2). Costs are ``V * (1 - mu)`` exactly,
-so ``value_after_trading = value_before - costs`` holds to float rounding, and the positions are
+solved by fixed-point iteration: a contraction whose steps shrink the error by ``c * sum |w_i|``
+(the cost rate times the gross exposure, at most ``c * gross_limit``), so ``cost_iterations`` of
+them take it below 1e-15 (5 at c = 1e-3 and gross 1; 50 at a rate of 0.5). The env refuses
+``c * gross_limit >= 0.5``, where a full turnover would cost half the account or more. Costs are
+``V * (1 - mu)`` exactly, so ``value_after_trading = value_before - costs`` holds to float rounding, and the positions are
 exactly ``mu * V * w`` (the target weights of the smaller account). Short positions pay a borrow
 fee, ``borrow_rate / periods_per_year`` of the shorted value per step, from cash.
 
@@ -69,6 +71,7 @@ feature-major, as given (scale them on the training dates). Row t uses data up t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -82,7 +85,7 @@ from podracer.envs import TensorVecEnv
 
 REWARDS = ("log_return", "value_change", "differential_sharpe", "drawdown_penalty", "volatility_penalty")
 EXECUTIONS = ("close", "next_close")
-COST_ITERATIONS = 8  # fixed-point steps for mu; the error shrinks by cost_pct each step
+COST_TOLERANCE = 1e-15  # mu's error after the fixed-point steps (module doc)
 
 
 def target_weights(actions: torch.Tensor, long_short: bool, gross_limit: float, logit_scale: float) -> torch.Tensor:
@@ -94,12 +97,22 @@ def target_weights(actions: torch.Tensor, long_short: bool, gross_limit: float, 
     return torch.cat([w, 1.0 - w.sum(1, keepdim=True)], dim=1)
 
 
-def rebalance_remainder(target: torch.Tensor, drifted: torch.Tensor, cost_pct: float) -> torch.Tensor:
+def cost_iterations(rate: float) -> int:
+    """Fixed-point steps that take ``mu``'s error (at most 1 to start) below ``COST_TOLERANCE`` when
+    each step shrinks it by ``rate`` = cost rate x the largest gross exposure, ``0 <= rate < 1``."""
+    if not 0 <= rate < 1:
+        raise ValueError(f"the cost rate times the gross exposure must be below 1, got {rate:g}")
+    return 1 if rate == 0 else max(1, math.ceil(math.log(COST_TOLERANCE) / math.log(rate)))
+
+
+def rebalance_remainder(target: torch.Tensor, drifted: torch.Tensor, cost_pct: float,
+                        gross: float = 1.0) -> torch.Tensor:
     """``mu`` (N,): the fraction of the account left after paying ``cost_pct`` on the trades that
     take the stock weights ``drifted`` (N, S) to ``mu * target`` (N, S); fixed point of
-    ``mu = 1 - c * sum |mu * target - drifted|``."""
+    ``mu = 1 - c * sum |mu * target - drifted|``. ``gross`` bounds ``sum |target|`` (1 long-only;
+    ``gross_limit`` long-short): the steps shrink the error by ``c * gross`` each."""
     mu = 1.0 - cost_pct * (target - drifted).abs().sum(1)
-    for _ in range(COST_ITERATIONS - 1):
+    for _ in range(cost_iterations(cost_pct * max(gross, 1.0)) - 1):
         mu = 1.0 - cost_pct * (mu[:, None] * target - drifted).abs().sum(1)
     return mu
 
@@ -246,6 +259,12 @@ class PortfolioVecEnv(TensorVecEnv):
         if not 0 < self.dsr_eta < 1:
             raise ValueError(f"dsr_eta must be in (0, 1) (the moving moments' decay; 0.01 ~ a 100-day memory), "
                              f"got {self.dsr_eta}")
+        self.exposure = self.gross_limit if self.long_short else 1.0  # the largest sum |w_i| of a target
+        if self.cost_pct * self.exposure >= 0.5:
+            # Found by review: at cost_pct 0.1 and gross_limit 10 the costs' fixed point no longer converged
+            # (a full trade cost nothing), at 20 it gave a value of -1.
+            raise ValueError(f"cost_pct * gross_limit must be below 0.5 (a full turnover would cost half the "
+                             f"account or more), got {self.cost_pct:g} * {self.gross_limit:g}; lower either")
         if self.borrow_rate > 0 and not self.long_short:
             raise ValueError("borrow_rate is the fee on short positions: pass long_short=True, or leave it at 0")
         if reward not in REWARDS:
@@ -328,7 +347,7 @@ class PortfolioVecEnv(TensorVecEnv):
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rebalance accounts of ``value`` holding ``weights`` to ``target``: (value after costs,
         costs, traded value), each (N,). Positions after it are ``target`` of the new value."""
-        mu = rebalance_remainder(target[:, :-1], weights[:, :-1], self.cost_pct)
+        mu = rebalance_remainder(target[:, :-1], weights[:, :-1], self.cost_pct, self.exposure)
         traded = value * (mu[:, None] * target[:, :-1] - weights[:, :-1]).abs().sum(1)
         return value * mu, value * (1.0 - mu), traded
 
