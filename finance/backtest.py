@@ -19,7 +19,12 @@ minimum-variance) weights at every close, with the env's costs and execution.
 Conventions shared by every series here: ``account_value[d]`` is the account marked at the
 close of day ``d`` *before* that day's trades (so day 0 is the initial cash and costs paid on
 day d show from day d+1); ``positions[d]`` are the shares held after day d's trades;
-``trades[d]`` the signed shares traded at day d's close (none on the last day, the end).
+``trades[d]`` the signed shares traded at day d's close (none on the last day, the end). Under a
+stock env's next-bar execution (``"next_close"``, ``"next_open"``) the rows of ``trades``,
+``positions`` and ``costs`` stay on the day the order was decided, one bar before its fill
+(``PortfolioVecEnv`` backtests put them on the fill day): ``weights()`` and ``traded_value()`` are
+then a bar early and priced at the decision day's close; ``account_value``, and every return
+metric, is marked at the fills.
 
 ``result.metrics()`` uses empyrical (``import empyrical``, the empyrical-reloaded package) on the
 per-bar simple returns, annualised with ``bars_per_year``: by default inferred from the dates by
