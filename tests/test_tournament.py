@@ -738,6 +738,48 @@ def test_selection_draws_only_the_front_of_each_lineage():
     assert select_parent([entry(1, -100.0), entry(3, -90.0, parent=1)], rng).id == 3  # never an empty pool
 
 
+def test_a_diverged_entry_is_no_parent_and_does_not_flatten_the_draw():
+    """Found by review: a NaN-scored entry (stored as -inf) was weighted as the worst finite score
+    minus 1, so it was drawn ~6-10% of the time, and on small score scales (returns as a fraction
+    of cash) the "- 1" flattened the others' softmax to equal odds; a NaN given to select_parent
+    directly broke the sort and dropped the true best from the pool."""
+    from podracer.tournament.leaderboard import Entry
+    from podracer.tournament.selection import select_parent
+
+    def entry(i, score):
+        return Entry(id=i, parent_id=None, generation=0, pod=0, agent="ppo", hparams={}, changes={}, env_steps=0,
+                     wall_time=0.0, score=score, score_std=None, checkpoint="", checksum="", created_at=0.0,
+                     corrupt=False, ticket=None)
+
+    small = [entry(1, 0.002), entry(2, 0.001)]
+    rng = random.Random(0)
+    alone = sum(select_parent(small, rng).id == 1 for _ in range(4000)) / 4000
+    for bad in (-math.inf, math.inf, math.nan):
+        rng = random.Random(0)
+        picks = [select_parent([*small, entry(3, bad)], rng).id for _ in range(4000)]
+        assert 3 not in picks, bad
+        assert picks.count(1) / 4000 == pytest.approx(alone, abs=0.02) and alone > 0.8  # not flattened to 0.5
+    nan_first = [entry(1, 1.0), entry(2, math.nan), entry(3, 5.0), entry(4, 4.0), entry(5, 3.0)]
+    assert {select_parent(nan_first, rng, top_k=3).id for _ in range(500)} == {3, 4, 5}
+    assert select_parent([entry(1, math.nan), entry(2, -math.inf)], rng).id in {1, 2}  # nothing better: still one
+
+
+def test_whole_numbers_in_float_fields_mutate_as_floats():
+    """Found by review: gae_lambda=1 (Python or YAML) stayed an int, which mutate treats as a count:
+    rounded into (0.8, 0.99) it became 0, and ent_coef=0 never moved, even when redrawn."""
+    from podracer.tournament.selection import mutate, mutation_scales
+
+    config = PPOConfig(gae_lambda=1, ent_coef=0, learning_rate=1, update_epochs=3)
+    assert (type(config.gae_lambda), type(config.ent_coef), type(config.update_epochs)) == (float, float, int)
+    bounds = mutable_bounds(config)
+    hparams = {name: getattr(config, name) for name in bounds}
+    rng = random.Random(0)
+    for _ in range(200):
+        new, _ = mutate(hparams, bounds, rng, scales=mutation_scales(config), resample_prob=0.5)
+        assert all(low <= new[k] <= high for k, (low, high) in bounds.items()), new
+    assert 0.0 < mutate(hparams, {"ent_coef": bounds["ent_coef"]}, rng, resample_prob=1.0)[0]["ent_coef"] <= 0.01
+
+
 def test_mutation_moves_discounts_on_their_horizon_and_integers_by_at_least_one():
     """γ and λ sit just below 1: x1.25 would clip them to the upper bound, so they mutate on
     1 - x. Integers (epochs, minibatches) always move when perturbed: round(2 x 1.25) is 2."""

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import importlib
 import math
+import numbers
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Sequence
@@ -272,6 +273,13 @@ def check_config(cfg: Any, optional: tuple[str, ...] = (), **kinds: tuple[str, .
                 continue
             if not test(value):
                 raise ValueError(f"{name} {rule}{' or None' if name in optional else ''}, got {value}")
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        # A float field given a whole number (gae_lambda=1, YAML's "ent_coef: 0") holds a float: a
+        # tournament mutates an int as a count (1 rounded into (0.8, 0.99) became 0, 0 never moved).
+        if (str(f.type).split("|")[0].strip() == "float" and isinstance(value, numbers.Real)
+                and not isinstance(value, bool)):
+            setattr(cfg, f.name, float(value))
     if hasattr(cfg, "hidden_sizes"):
         cfg.hidden_sizes = tuple(int(h) for h in cfg.hidden_sizes)
         if not cfg.hidden_sizes or min(cfg.hidden_sizes) < 1:

@@ -122,7 +122,8 @@ class Pod:
         """``(agent, parent, hparams, changes)``: a mutated copy of a selected parent (weights,
         optimizer state, normalisers), or a fresh agent when the board is empty or by chance (its
         hparams partly redrawn unless ``ticket`` is the run's first, see ``init_resample_prob``).
-        A pod whose latest entry leads the board (``keep_top``) trains on from it unchanged."""
+        A pod whose latest entry leads the board (``keep_top``) trains on from it unchanged, except in
+        the ``explore_prob`` share of generations, which start fresh whoever leads."""
         cfg = self.config
         unusable: set[int] = set()  # this draw: corrupt ones are also flagged, missing ones only skipped
         for _ in range(3):  # a parent whose checkpoint fails to load is skipped and another is drawn

@@ -4,7 +4,8 @@ Selection (exploit) draws a parent from the top ``top_k`` entries of the board, 
 (``"topk"``) or with probability ``softmax(z / temperature)`` over the standardised scores
 ``z = (score - mean) / std`` of those entries (``"softmax"``), so better entries are drawn more
 often but the runner-up keeps a chance. Standardising makes ``temperature`` mean the same thing
-whatever the reward scale.
+whatever the reward scale. Entries whose score is not a number (NaN, ±inf: a diverged run) are
+drawn only when no entry has a finite score.
 
 Only the front of each lineage is drawn: an entry with a child on the board that scored higher
 has been superseded (that child starts from its weights and has trained longer), so it is left
@@ -17,7 +18,8 @@ the lineages. The best entry is never superseded (a better child would rank abov
 pool is never empty.
 
 A pod whose own latest entry is among the best ``keep_top`` of that front skips selection and
-mutation and trains on from it unchanged (``Pod.leading``): PBT's truncation selection, where
+mutation and trains on from it unchanged (``Pod.leading``; the ``explore_prob`` share of
+generations that start from a fresh agent apply to it too): PBT's truncation selection, where
 only members that lag behind copy a better one and perturb it. Without it every generation
 re-draws and perturbs, and on Pendulum (benchmarks/tournament_vs_single.py) the hyperparameters
 then drift away from a good setting faster than selection on noisy scores brings them back. A pod
@@ -62,12 +64,14 @@ def select_parent(entries: Sequence[Entry], rng: random.Random, method: str = "s
         raise ValueError("cannot select a parent from an empty leaderboard")
     if method not in SELECTIONS:
         raise ValueError(f"unknown selection {method!r}; use one of {SELECTIONS}")
-    pool = sorted(superseded_removed(entries), key=lambda e: (-e.score, e.id))[:top_k]
-    if method == "topk" or len(pool) == 1:
+    candidates = superseded_removed(entries)
+    # A diverged entry (score NaN or ±inf: the board stores NaN as -inf) is no parent while any entry
+    # scored a number: its weights are likely NaN too, and a placeholder score would flatten the softmax.
+    finite = [e for e in candidates if math.isfinite(e.score)]
+    pool = sorted(finite or candidates, key=lambda e: (-e.score if finite else 0.0, e.id))[:top_k]
+    if method == "topk" or len(pool) == 1 or not finite:
         return rng.choice(pool)
     scores = np.array([e.score for e in pool], dtype=np.float64)
-    finite = scores[np.isfinite(scores)]
-    scores = np.where(np.isfinite(scores), scores, finite.min() - 1.0 if finite.size else 0.0)  # diverged: last
     z = (scores - scores.mean()) / (scores.std() + 1e-8)
     logits = z / max(temperature, 1e-8)
     p = np.exp(logits - logits.max())
