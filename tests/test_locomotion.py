@@ -89,6 +89,20 @@ def test_termination_on_the_last_step_is_both_terminated_and_truncated(backend):
     assert terminated.all() and truncated.all() and info["_final_obs"].all()
 
 
+def test_the_ended_steps_own_info_is_kept_as_final_info():
+    """Found by review: the adapter dropped gymnasium's final_info, so on an ending row the
+    extras (x_position, ...) were the reset's and the last step's were lost."""
+    env = locomotion.make_env("Hopper", 2, backend="gymnasium", device="cpu", max_episode_steps=3,
+                              reset_noise_scale=0.0)
+    env.reset(seed=0)
+    push = torch.ones(2, 3)
+    for _ in range(3):
+        _, _, _, truncated, info = env.step(push)
+    assert truncated.all() and info["_final_info"].all()
+    assert (info["x_position"] == 0).all()  # the reset's, from reset_noise_scale=0
+    assert (info["final_info"]["x_position"] != 0).all()  # where the pushed episode ended
+
+
 @pytest.mark.parametrize("task,steps", [("HalfCheetah", 50), ("Hopper", 300), ("Walker2d", 300), ("Ant", 3),
                                         ("Humanoid", 3)])
 def test_envpool_matches_gymnasium_from_the_same_state(task, steps):

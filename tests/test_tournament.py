@@ -7,6 +7,7 @@ settings are as small as still shows the behaviour. Scheduling between processes
 deterministic (which pod draws which ticket), so learning thresholds keep a wide margin.
 """
 
+import dataclasses
 import functools
 import importlib
 import logging
@@ -813,3 +814,10 @@ def test_mutation_moves_discounts_on_their_horizon_and_integers_by_at_least_one(
         mutate({"gamma": 0.99}, {"gamma": (0.9, 1.0)}, rng, scales=scales)
     with pytest.raises(ValueError, match="unknown scale"):
         mutate({"gamma": 0.99}, one, rng, scales={"gamma": "sqrt"})
+
+    @dataclasses.dataclass
+    class LogFromZero:  # found by review: failed only when a redraw happened, with "math domain error"
+        ent_coef: float = dataclasses.field(default=0.0, metadata={"mutable": (0.0, 0.01), "mutable_scale": "log"})
+
+    with pytest.raises(ValueError, match="mutable_scale 'log' needs bounds above 0.*use 'linear'"):
+        mutation_scales(LogFromZero())

@@ -2,7 +2,9 @@
 
 Every gymnasium task then works with Podracer's agents and training loop. The adapter asks
 gymnasium for same-step autoreset and converts its object-array ``final_obs`` into the dense
-tensor the protocol uses. Sub-env i is seeded with seed + i (gymnasium's rule).
+tensor the protocol uses. Sub-env i is seeded with seed + i (gymnasium's rule). gymnasium's other
+info keys pass through as numpy arrays; on a row whose episode ended they describe the reset, and
+the ended step's own are in ``info["final_info"]`` (gymnasium's, with its ``_`` masks).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class GymVecEnvAdapter:
         if mask.any():
             dense = np.stack([np.asarray(info["final_obs"][i]).reshape(-1) for i in np.flatnonzero(mask)])
             final_obs[torch.as_tensor(np.flatnonzero(mask), device=self.device)] = self._to_tensor(dense)
-        info = {k: v for k, v in info.items() if k not in ("final_obs", "_final_obs", "final_info", "_final_info")}
+        # gymnasium's final_info stays (the ended step's own extras: on an ending row the other keys
+        # already hold the reset's); final_obs becomes the protocol's dense tensor.
+        info = {k: v for k, v in info.items() if k not in ("final_obs", "_final_obs")}
         info["final_obs"] = final_obs
         info["_final_obs"] = self._to_tensor(mask, torch.bool)
         return (obs_t, self._to_tensor(rewards), self._to_tensor(terminated, torch.bool),

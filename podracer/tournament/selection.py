@@ -93,6 +93,11 @@ def mutation_scales(config: Any) -> dict[str, str]:
     bad = {k: v for k, v in scales.items() if v not in SCALES}
     if bad:
         raise ValueError(f"unknown mutable_scale {bad} in {type(config).__name__}; use one of {SCALES}")
+    bounds = {f.name: f.metadata["mutable"] for f in dataclasses.fields(config) if f.name in scales}
+    not_positive = {k: bounds[k] for k, v in scales.items() if v == "log" and not bounds[k][0] > 0}
+    if not_positive:  # else a redraw fails with "math domain error", at random during a run
+        raise ValueError(f"mutable_scale 'log' needs bounds above 0, got {not_positive} in {type(config).__name__}; "
+                         f"use 'linear' for a range that starts at 0")
     return scales
 
 
