@@ -33,7 +33,7 @@ DateRange = tuple[str | None, str | None]
 
 # Indicators measured in price units. Their level drifts with the price (a 2020 moving average
 # sits far outside the 2005-2016 training range), so we feed them as ratios to the close.
-PRICE_LEVEL = ("macd", "boll_ub", "boll_lb", "close_")
+PRICE_LEVEL = ("macd", "boll", "close_")  # boll: the middle band and both bands (boll_ub, boll_lb)
 
 
 @dataclass
@@ -96,6 +96,11 @@ def prepare_market(tickers: str | Sequence[str] | None = SAMPLE_TICKERS, source:
     ``tickers`` is one ticker, a list, or None for every ticker of the source, as in
     ``load_prices``. ``history_start`` loads earlier days so indicators and the turbulence
     window are warm on the first training day; those days are used for nothing else.
+
+    The universe is the tickers ``load_prices`` keeps over the whole span, test years included: one
+    with a gap longer than ``ffill_limit`` anywhere (a delisting, a suspension) is dropped from every
+    split, train too, with a ``DataWarning``. That is a choice made with later data (survivorship);
+    for a study of it, load each split's dates on their own or pass tickers that traded throughout.
     """
     dates = sorted(set(load_kwargs) & {"start", "end", "start_date", "end_date"})
     if dates:

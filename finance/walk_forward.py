@@ -246,7 +246,8 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
             every trade (default 1e-3; or ``costs=`` a ``finance.costs`` model in ``env_kwargs``).
         indicators, relative, turbulence_window: the features, as in ``prepare_market``.
         warmup: leading bars used only to warm up the indicators; default
-            ``warmup_days(indicators)`` (60 for the defaults).
+            ``warmup_days(indicators)`` (60 for the defaults), and at least ``turbulence_window + 1``
+            with ``turbulence_threshold`` set (the turbulence index is 0 until then).
         benchmark: a close series: the ``index`` baseline, and ``train.benchmark["train"]``.
         baselines: add equal-weight buy-and-hold over the out-of-sample bars (and ``index``).
         keep_policies: keep each window's policy in ``result.policies``.
@@ -267,7 +268,13 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
     train_len = _as_length(train_window, "train_window", 2)
     test_len = _as_length(test_window, "test_window", 1)
     close, features, turb, extras = _panel(prices, indicators, relative, turbulence_window)
-    first = warmup_days(indicators) if warmup is None else check_int(warmup, "warmup", low=0, high=len(close) - 1)
+    if warmup is None:
+        # With the turbulence switch on, also skip the turbulence window: its first turbulence_window + 1 rows
+        # are 0 ("calm"), so the switch could not fire there (found by review).
+        on = env_kwargs.get("turbulence_threshold") is not None
+        first = max(warmup_days(indicators), turbulence_window + 1 if on else 0)
+    else:
+        first = check_int(warmup, "warmup", low=0, high=len(close) - 1)
     spans = _windows(close.index, first, train_len, test_len, mode)
 
     runs, policies = [], []

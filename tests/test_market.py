@@ -50,6 +50,12 @@ def test_relative_features_are_ratios_to_close():
     np.testing.assert_allclose(rel["close_30_sma"].to_numpy(), (raw["close_30_sma"] / prices["close"] - 1).to_numpy())
     np.testing.assert_allclose(rel["macd"].to_numpy(), (raw["macd"] / prices["close"]).to_numpy())
     pd.testing.assert_frame_equal(rel["rsi_30"], raw["rsi_30"])
+    # Found by review: the middle band "boll" stayed in price units (scaled test values clipped at +10 on
+    # 60% of days), while the bands and the moving averages became ratios.
+    raw = add_features(prices, ("boll", "boll_ub"))
+    rel = relative_features(raw, prices["close"])
+    for name in ("boll", "boll_ub"):
+        np.testing.assert_allclose(rel[name].to_numpy(), (raw[name] / prices["close"] - 1).to_numpy())
 
 
 def test_one_ticker_as_a_string():

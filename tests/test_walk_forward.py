@@ -104,6 +104,20 @@ def test_scaler_is_fitted_on_each_training_window():
     assert len(means) == 3 and max(means) < 1e-9  # z-scored on exactly these dates
 
 
+def test_the_turbulence_switch_gets_a_warm_turbulence_index():
+    """Found by review: the default warm-up (60 bars, the indicators') left the first 253 bars'
+    turbulence at 0, "calm", in windows where a turbulence_threshold could then never fire."""
+    close = synthetic_close(T=700)
+    seen = []
+    fit = lambda train: seen.append(train.turbulence["train"]) or min_variance(train)  # noqa: E731
+    walk_forward(fit, close, 150, 100, cost_pct=COST, baselines=False, turbulence_window=60)
+    assert (seen[0].iloc[:1] == 0).all()  # without the switch: the indicators' 60 bars, as before
+    seen.clear()
+    walk_forward(fit, close, 150, 100, cost_pct=COST, baselines=False, turbulence_window=252,
+                 turbulence_threshold=1e9)
+    assert all((t > 0).all() for t in seen) and seen[0].index[0] == close.index[253]
+
+
 # ---------------------------------------------------------------------------- no look-ahead
 def reads_features(train: MarketData):
     """A deterministic policy of the scaled features (the last indicator of each stock)."""
