@@ -68,29 +68,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
 # servers that could collide run one at a time, on one worker, in one of two scopes:
-# - RAY: Ray clusters (`ray start` nodes) and the tests that share one in-process local Ray, their
-#   kill tests and the S3 server. Every cluster gets ports of its own and `start_local_ray` never
-#   joins another cluster, but two kill tests at once would race for the CPUs a node declares and
-#   for the GCS's health-check timing;
+# - RAY: Ray clusters and local Rays (`ray start` nodes, a README block that starts one says so in
+#   its id, lesson 11), their kill tests and the S3 server. Every cluster gets ports of its own and
+#   `start_local_ray` never joins another cluster, but two kill tests at once would race for the
+#   CPUs a node declares and for the GCS's health-check timing;
 # - LOCAL: the tournaments that start pods as local processes (lessons 09 and 10, their kill tests)
 #   and the browser's JupyterLab, whose timing two at once would disturb.
 # The two scopes run side by side on two workers (they share no port, no Ray and no store), and
 # every other test is its own scope, spread over the workers: the other lessons too (a Jupyter
-# kernel binds ports the OS hands out, and the kernels get one thread each, see above), lesson 11
-# and the README's Ray block among them: each starts a Ray of its own (`address="local"`, ports
-# of its own) and kills nothing outside it, so they need not wait for the RAY scope, which is the
-# longest line of `make test` (they took 90 s and 33 s of it). Both scopes spend most of their
-# time waiting on processes they started, so `make test` runs one more worker than the machine has
-# cores (Makefile). (A path list, not xdist_group markers: pytest-xdist 3.8's loadgroup does not
-# group under pytest 9, which ignores the nodeid suffix it sets.)
-RAY = ("tests/test_ray_backend.py", "tests/test_storage.py", "tests/test_cluster_faults.py")
+# kernel binds ports the OS hands out, and the kernels get one thread each, see above). Both
+# scopes spend most of their time waiting on processes they started, so `make test` runs one more
+# worker than the machine has cores (Makefile). (A path list, not xdist_group markers: pytest-xdist
+# 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
+RAY = ("notebooks/11_", "notebooks/solutions/11_", "tests/test_ray_backend.py", "tests/test_storage.py",
+       "tests/test_cluster_faults.py")
 LOCAL = ("notebooks/09_", "notebooks/10_", "notebooks/solutions/09_", "notebooks/solutions/10_",
          "tests/test_tournament.py", "tests/test_notebook_browser.py")
 
 
 def _scope(nodeid: str) -> str:
     """The scope a test runs in: "ray", "local", or its own node id (any worker, any time)."""
-    if nodeid.startswith(RAY):
+    if nodeid.startswith(RAY) or (nodeid.startswith("tests/test_readme.py::") and nodeid.endswith("-ray]")):
         return "ray"
     return "local" if nodeid.startswith(LOCAL) else nodeid
 

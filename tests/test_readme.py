@@ -70,7 +70,9 @@ def test_the_names_the_readme_shows_exist():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+# A block that starts a Ray says so in its id: conftest.py runs it with the other Ray tests, one at a time.
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" + ("-ray" if 'backend="ray"' in block else "")
+                                              for i, block in enumerate(BLOCKS)])
 def test_readme_block_runs_in_a_fresh_interpreter(code, tmp_path):
     env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PODRACER_SIZE": "smoke"}
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
