@@ -30,8 +30,8 @@ solved by fixed-point iteration: a contraction whose steps shrink the error by `
 (the cost rate times the gross exposure, at most ``c * gross_limit``), so ``cost_iterations`` of
 them take it below 1e-15 (5 at c = 1e-3 and gross 1; 50 at a rate of 0.5). The env refuses
 ``c * gross_limit >= 0.5``, where a full turnover would cost half the account or more. Costs are
-``V * (1 - mu)`` exactly, so ``value_after_trading = value_before - costs`` holds to float rounding, and the positions are
-exactly ``mu * V * w`` (the target weights of the smaller account). Short positions pay a borrow
+``V * (1 - mu)`` exactly, so ``value_after_trading = value_before - costs`` holds to float rounding,
+and the positions are exactly ``mu * V * w`` (the target weights of the smaller account). Short positions pay a borrow
 fee, ``borrow_rate / periods_per_year`` of the shorted value per step, from cash.
 
 Timing: ``execution="close"`` trades at the close the policy just observed (optimistic, as

@@ -50,6 +50,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from podracer.agents.common import mutable_bounds
 from podracer.tournament.leaderboard import Entry
 
 SELECTIONS = ("softmax", "topk")
@@ -93,7 +94,7 @@ def mutation_scales(config: Any) -> dict[str, str]:
     bad = {k: v for k, v in scales.items() if v not in SCALES}
     if bad:
         raise ValueError(f"unknown mutable_scale {bad} in {type(config).__name__}; use one of {SCALES}")
-    bounds = {f.name: f.metadata["mutable"] for f in dataclasses.fields(config) if f.name in scales}
+    bounds = mutable_bounds(config)
     not_positive = {k: bounds[k] for k, v in scales.items() if v == "log" and not bounds[k][0] > 0}
     if not_positive:  # else a redraw fails with "math domain error", at random during a run
         raise ValueError(f"mutable_scale 'log' needs bounds above 0, got {not_positive} in {type(config).__name__}; "
