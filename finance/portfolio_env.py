@@ -71,6 +71,7 @@ feature-major, as given (scale them on the training dates). Row t uses data up t
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -97,6 +98,7 @@ def target_weights(actions: torch.Tensor, long_short: bool, gross_limit: float, 
     return torch.cat([w, 1.0 - w.sum(1, keepdim=True)], dim=1)
 
 
+@functools.lru_cache(maxsize=64)  # called every env step with the env's one rate
 def cost_iterations(rate: float) -> int:
     """Fixed-point steps that take ``mu``'s error (at most 1 to start) below ``COST_TOLERANCE`` when
     each step shrinks it by ``rate`` = cost rate x the largest gross exposure, ``0 <= rate < 1``."""

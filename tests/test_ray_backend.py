@@ -59,6 +59,15 @@ def wait_for(condition, timeout=120.0, what="condition"):
         time.sleep(0.05)
 
 
+def assert_ended_cleanly(pods: Any) -> None:
+    """Every pod of ``pods`` (a board's pods table) exited 0, or never started and was cancelled
+    once the others had filled the board: a Ray worker can take seconds to start on a loaded
+    machine. At least one exited, and none failed."""
+    assert ((pods["exitcode"] == 0) & (pods["status"] == "exited") | (pods["status"] == "cancelled")).all(), \
+        pods.to_string()
+    assert (pods["status"] == "exited").any(), pods.to_string()
+
+
 def assert_consistent(board: Leaderboard, budget: int, steps: int = 4096) -> None:
     """Exactly ``budget`` whole entries, one per ticket, none in flight, lineage closed and coherent
     (each generation trained at least ``steps``)."""
@@ -93,7 +102,8 @@ def test_ray_tournament_starts_its_own_ray_finishes_the_budget_and_leaves_a_loca
     board = Leaderboard(tmp_path)  # the local backend's class reads a Ray run's store
     assert_consistent(board, 4)
     pods = board.pods()
-    assert len(pods) == 2 and (pods["exitcode"] == 0).all() and (pods["status"] == "exited").all()
+    assert len(pods) == 2
+    assert_ended_cleanly(pods)
     assert max(e.generation for e in board.entries()) >= 1  # second generations drew parents through the server
 
     torch.set_num_threads(1)
@@ -402,11 +412,8 @@ def test_two_node_cluster_loses_a_node_and_a_restarted_node_gets_pods(tmp_path, 
     (lost,) = pods.index[pods["status"] == "preempted"]
     assert pods.loc[lost, "exitcode"] == ray_backend.POD_LOST_EXIT_CODE and lost in first
     assert "lost with its node" in pods.loc[lost, "error"]  # the pods table says why
-    # Every other pod ended cleanly, or never started and was cancelled at the end (with pods="auto" a
-    # pod started while node 2 was down can still be waiting for a CPU when the budget is met).
-    others = pods.drop(lost)
-    assert ((others["exitcode"] == 0) | (others["status"] == "cancelled")).all(), others.to_string()
-    assert (others["status"] != "failed").all(), others.to_string()
+    # With pods="auto" a pod started while node 2 was down can still be waiting for a CPU when the budget is met.
+    assert_ended_cleanly(pods.drop(lost))
     assert first[lost] not in {e.ticket for e in board.entries()}  # its ticket was released, never submitted
     # Where pods ran: the first two on the two nodes, the one that trained after the restart on the
     # restarted node (a new raylet, a new node id), since the head's CPU was held by the other pod.
@@ -656,4 +663,4 @@ def test_driver_killed_then_a_new_driver_resumes_from_the_store(tmp_path, local_
     assert not {ticket for _, ticket in killed} & {e.ticket for e in board.entries()}  # lost, trained again
     pods = board.pods()
     assert (pods.loc[[pod for pod, _ in killed], "status"] == "lost").all()  # retired by the new driver
-    assert (pods.drop([pod for pod, _ in killed])["exitcode"] == 0).all()
+    assert_ended_cleanly(pods.drop([pod for pod, _ in killed]))  # the new driver's

@@ -31,7 +31,7 @@ import yaml
 
 import podracer
 from podracer.agents import registry
-from podracer.agents.common import mutable_bounds
+from podracer.agents.common import check_config, declared_number, mutable_bounds
 from podracer.agents.ppo import PPO, PPOConfig
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 from podracer.tournament import Ensemble, Leaderboard, Pod, PodSpec, Tournament, TournamentConfig
@@ -779,6 +779,23 @@ def test_whole_numbers_in_float_fields_mutate_as_floats():
         new, _ = mutate(hparams, bounds, rng, scales=mutation_scales(config), resample_prob=0.5)
         assert all(low <= new[k] <= high for k, (low, high) in bounds.items()), new
     assert 0.0 < mutate(hparams, {"ent_coef": bounds["ent_coef"]}, rng, resample_prob=1.0)[0]["ent_coef"] <= 0.01
+
+
+def test_numeric_fields_are_read_alike_with_and_without_postponed_annotations():
+    """Found by review: check_config read a field's kind from its annotation's text, which is
+    "<class 'float'>" in a plugin agent's config written without ``from __future__ import
+    annotations``: its whole numbers stayed ints and mutated as counts."""
+    plain = dataclasses.make_dataclass("PluginConfig", [("lr", float, 1), ("clip", float | None, 0), ("steps", int, 3),
+                                                        ("name", str, "x"), ("sizes", tuple[int, ...], (4,))])
+    postponed = dataclasses.make_dataclass("PostponedConfig", [("lr", "float", 1), ("clip", "float | None", 0),
+                                                               ("steps", "int", 3), ("name", "str", "x")])
+    for cls in (plain, postponed):
+        kinds = {f.name: declared_number(f) for f in dataclasses.fields(cls)}
+        assert kinds == {"lr": ("float", False), "clip": ("float", True), "steps": ("int", False),
+                         "name": (None, False), **({"sizes": (None, False)} if cls is plain else {})}
+        config = cls()
+        check_config(config)
+        assert (type(config.lr), type(config.clip), type(config.steps)) == (float, float, int), cls
 
 
 def test_mutation_moves_discounts_on_their_horizon_and_integers_by_at_least_one():

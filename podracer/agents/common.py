@@ -249,6 +249,15 @@ def mutable_bounds(config: Any) -> dict[str, tuple[float, float]]:
     return {f.name: tuple(f.metadata["mutable"]) for f in dataclasses.fields(config) if "mutable" in f.metadata}
 
 
+def declared_number(f: dataclasses.Field) -> tuple[str | None, bool]:
+    """``(kind, optional)`` for a dataclass field annotated ``int``, ``float``, ``int | None`` or
+    ``float | None``: kind is ``"int"`` or ``"float"``, optional whether None is allowed; ``(None,
+    False)`` for any other annotation. One reader for every config that checks its numbers."""
+    text = f.type.__name__ if isinstance(f.type, type) else str(f.type)  # text with `from __future__ import ...`
+    kind, _, rest = text.replace(" ", "").partition("|")
+    return (kind, rest == "None") if kind in ("int", "float") and rest in ("", "None") else (None, False)
+
+
 # Kinds of numeric config field, the test each value must pass and the error's wording.
 CHECKS: dict[str, tuple[Any, str]] = {
     "positive": (lambda v: v > 0, "must be positive"),
@@ -277,8 +286,7 @@ def check_config(cfg: Any, optional: tuple[str, ...] = (), **kinds: tuple[str, .
         value = getattr(cfg, f.name)
         # A float field given a whole number (gae_lambda=1, YAML's "ent_coef: 0") holds a float: a
         # tournament mutates an int as a count (1 rounded into (0.8, 0.99) became 0, 0 never moved).
-        if (str(f.type).split("|")[0].strip() == "float" and isinstance(value, numbers.Real)
-                and not isinstance(value, bool)):
+        if declared_number(f)[0] == "float" and isinstance(value, numbers.Real) and not isinstance(value, bool):
             setattr(cfg, f.name, float(value))
     if hasattr(cfg, "hidden_sizes"):
         cfg.hidden_sizes = tuple(int(h) for h in cfg.hidden_sizes)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from podracer.agents.common import declared_number
 from podracer.agents.registry import AGENTS, agent_name, import_path, resolve_agent
 from podracer.envs.registry import env_factories
 from podracer.plugins import load_domains
@@ -178,8 +179,8 @@ class TournamentConfig:
         """Numeric fields hold numbers (an edited tournament.yaml may hold ``"1e-3"``, which YAML reads
         as text): a named error, and numpy scalars become plain ints and floats for the YAML."""
         for f in dataclasses.fields(self):
-            kind, _, optional = str(f.type).partition(" | ")
-            if kind not in ("int", "float") or optional not in ("", "None"):
+            kind, optional = declared_number(f)
+            if kind is None:
                 continue
             value = getattr(self, f.name)
             if value is None and optional:
