@@ -512,6 +512,25 @@ def test_a_pod_no_node_can_host_is_reported_not_left_pending(tmp_path, local_ray
 
 
 @pytest.mark.slow
+def test_a_leaderboard_actor_slow_to_start_is_explained(tmp_path, local_ray, monkeypatch):
+    """Found while chasing a flaky test: on a busy machine Ray's workers (niceness 15) took minutes
+    to start, and the backend's wait for the store's server ended in a bare GetTimeoutError."""
+    monkeypatch.setattr(ray_backend, "SERVER_START_TIMEOUT_S", 1e-3)  # no actor process answers this soon
+    with pytest.raises(RuntimeError, match=r"did not answer within 0.001 s.*niceness 15.*RAY_worker_niceness=0"):
+        ray_backend.RayBackend(TournamentConfig(backend="ray", threads_per_pod=1), tmp_path)
+
+    def server_gone():
+        try:
+            ray.get_actor(ray_backend.server_actor_name(tmp_path))
+        except ValueError:
+            return True
+        return False
+
+    wait_for(server_gone, timeout=60, what="the half-started server killed")  # closed, not left behind
+    assert ray.is_initialized()  # the Ray it joined is not its own: left running
+
+
+@pytest.mark.slow
 def test_capacity_counts_the_pods_the_cluster_holds(tmp_path, local_ray):
     backend = ray_backend.RayBackend(TournamentConfig(backend="ray", threads_per_pod=1), tmp_path)
     try:

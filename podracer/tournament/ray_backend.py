@@ -365,6 +365,8 @@ class RayBackend:
                 ray.get(self.server.ping.remote(), timeout=SERVER_START_TIMEOUT_S)
             except ray.exceptions.ActorDiedError as e:
                 raise RuntimeError(server_never_started(e)) from e
+            except ray.exceptions.GetTimeoutError:
+                raise RuntimeError(SERVER_SLOW_TO_START.format(timeout=SERVER_START_TIMEOUT_S)) from None
             self.threads = pod_threads(config)
             self.placement = PlacementWatch(self.threads, config.gpus_per_pod, config.placement_timeout_s)
             self.placement.check()  # a pod no node can host: said now, with the wait
@@ -454,6 +456,14 @@ class RayBackend:
         if self.started_ray:
             ray.shutdown()
             self.started_ray = False
+
+
+SERVER_SLOW_TO_START = (
+    "the store's leaderboard actor did not answer within {timeout:g} s of being created on this node: its Ray worker "
+    "is still starting. Ray runs its workers at niceness 15 (its worker_niceness setting), so on a machine whose "
+    "CPUs other processes keep busy they wait for them. Free the CPUs, or start Ray with RAY_worker_niceness=0 in "
+    "its environment (for the local Ray a Tournament starts: set it in this process before the run), then run "
+    "again: nothing on the board has changed")
 
 
 def server_never_started(error: Exception) -> str:
