@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from finance.backtest import buy_and_hold, min_variance_weights  # noqa: E402
 from finance.env import StockTradingVecEnv  # noqa: E402
 from finance.market import prepare_market  # noqa: E402
+from podracer.cli import device_arg  # noqa: E402
 
 CASH, COST = 1e6, 1e-3
 MAX_SHARES = 10**6  # one step buys any position (the env's rounding is exact to well under a share up to here)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict[int, dict[str, float]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 64, 4096], help="strategies per backtest (N)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="cpu", help="our env's device (cpu or cuda)")
+    ap.add_argument("--device", default="cpu", type=device_arg, help="our env's device (cpu or cuda)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (numba runs single-threaded here)")
     ap.add_argument("--skip-vectorbt", action="store_true", help="ours alone (vectorbt's first numba compile takes "
                                                                    "a minute; the test skips it)")

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import podracer  # noqa: E402
 from finance.demo import EPISODE_DAYS  # noqa: E402
 from finance.market import MarketData, prepare_market  # noqa: E402
+from podracer.cli import device_arg  # noqa: E402
 from podracer.envs import PendulumVecEnv  # noqa: E402
 
 
@@ -178,7 +179,7 @@ def bench_warp(tasks: list[str], sizes: list[int], device: torch.device, steps: 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", type=device_arg)
     ap.add_argument("--small", action="store_true", help="CPU-sized problems (the same code paths)")
     ap.add_argument("--tiny", action="store_true", help="smallest sizes and one repeat: the test's smoke run")
     ap.add_argument("--repeats", type=int, default=5, help="timings per measurement (best and median printed)")

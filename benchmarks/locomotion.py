@@ -49,6 +49,7 @@ import torch  # noqa: E402
 import locomotion  # noqa: E402
 import podracer  # noqa: E402
 from locomotion.make import choose_device  # noqa: E402
+from podracer.cli import device_arg  # noqa: E402
 
 EVAL_SEED, EVAL_EPISODES = 10_000, 5
 
@@ -200,7 +201,8 @@ def main() -> None:
     parser.add_argument("--tasks", default=None, help="comma-separated tasks for (a); default all (quick: 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both libraries")
-    parser.add_argument("--device", default="auto", help="device for (a): auto, cpu or cuda")
+    parser.add_argument("--device", default="auto", type=lambda text: text if text == "auto" else device_arg(text),
+                        help="device for (a): auto, cpu or cuda")
     parser.add_argument("--skip-envs", action="store_true")
     parser.add_argument("--skip-sac", action="store_true")
     args = parser.parse_args()

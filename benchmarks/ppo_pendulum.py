@@ -43,6 +43,8 @@ from dataclasses import dataclass
 
 import torch
 
+from podracer.cli import device_arg
+
 
 @dataclass
 class Result:
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps-ours", type=int, default=None, help="default: the preset's total_steps")
     parser.add_argument("--max-steps-sb3", type=int, default=200_000)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu", help="device for our PPO (SB3 always runs on the CPU)")
+    parser.add_argument("--device", default="cpu", type=device_arg,
+                        help="device for our PPO (SB3 always runs on the CPU)")
     parser.add_argument("--skip-sb3", action="store_true")
     args = parser.parse_args(argv)
 

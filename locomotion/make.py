@@ -13,6 +13,7 @@ from locomotion.isaacgym_backend import isaacgym_available, isaacgym_definitions
 from locomotion.isaaclab_backend import isaaclab_available, isaaclab_definitions, make_isaaclab_env
 from locomotion.normalize import NormalizeObservation
 from locomotion.tasks import Task, get_task
+from podracer.envs import parse_device
 from podracer.logs import announce
 
 BACKENDS = ("warp", "isaaclab", "isaacgym", "envpool", "gymnasium")  # "auto" tries them in this order
@@ -48,10 +49,11 @@ def choose_backend(backend: str, task: Task, device: str | torch.device = "cpu")
 
 
 def choose_device(device: str | torch.device) -> torch.device:
-    """``"auto"``: the GPU when torch sees one, else the CPU."""
+    """``"auto"``: the GPU when torch sees one, else the CPU; any other name as it is (a ValueError
+    for one torch does not know)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return parse_device(device)
 
 
 def make_env(task: str, num_envs: int, device: str | torch.device = "auto", backend: str = "auto",

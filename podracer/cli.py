@@ -21,6 +21,7 @@ unless ``--threads`` says otherwise.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -187,6 +188,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def device_arg(text: str, here: bool = True) -> str:
+    """``--device``: a device torch knows and, with ``here``, this machine has (``resolve_device``'s
+    reason as argparse's usage error). ``here=False`` checks the name alone: a tournament's GPU pods
+    may run on nodes of a cluster whose driver has none. The text is kept (``cuda``, not ``cuda:0``)."""
+    from podracer.envs import parse_device, resolve_device
+
+    try:
+        resolve_device(text) if here else parse_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
 def pods_arg(text: str) -> int | str:
     """``--pods``: a positive whole number or "auto"."""
     if text == "auto":
@@ -211,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sub-envs stepped together (default: preset or 16)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--log-dir", default=None, help="default runs/<agent>_<env>_seed<seed>")
-    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    t.add_argument("--device", default="cpu", type=device_arg, help="cpu, cuda, cuda:1, ...")
     t.add_argument("--eval-every", type=positive_int, default=20_000, help="env steps between evaluations")
     t.add_argument("--eval-episodes", type=positive_int, default=16,
                    help="episodes per evaluation (one per eval sub-env)")
@@ -228,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("env", help=ENV_HELP)
     e.add_argument("--episodes", type=positive_int, default=16, help="episodes (one per sub-env)")
     e.add_argument("--seed", type=int, default=10_000)
-    e.add_argument("--device", default="cpu")
+    e.add_argument("--device", default="cpu", type=device_arg)
     e.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
     e.set_defaults(func=cmd_eval)
 
@@ -255,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpus-per-pod", type=float, default=None, help="ray: GPUs per pod, fractions allowed")
     r.add_argument("--threads-per-pod", type=positive_int, default=None,
                    help="torch threads (and CPUs asked of Ray) per pod")
-    r.add_argument("--device", default="cpu", help="device of each pod's envs and agent (cuda on GPU pods)")
+    r.add_argument("--device", default="cpu", type=functools.partial(device_arg, here=False),
+                   help="device of each pod's envs and agent (cuda on GPU pods)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override an agent config field, value as YAML (repeatable)")

@@ -306,8 +306,10 @@ def test_numpy_integers_are_sizes_and_seeds_while_floats_and_bools_are_refused()
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a CUDA GPU")
 def test_asking_for_a_gpu_that_is_not_there_names_the_fix(tmp_path):
-    """Found by probing: device="cuda" on a CPU-only torch gave torch's bare AssertionError."""
+    """Found by probing: device="cuda" on a CPU-only torch gave torch's bare AssertionError, and an
+    unknown name ("gpu") torch's list of every backend it was built to know."""
     import finance
+    import locomotion
 
     env = PendulumVecEnv(2)
     path = podracer.make_agent("ppo", env, seed=0, verbose=False, **TINY).save(tmp_path / "a.pt")
@@ -317,3 +319,11 @@ def test_asking_for_a_gpu_that_is_not_there_names_the_fix(tmp_path):
                  lambda: finance.prepare_market().env("test", 1, device="cuda")):
         with pytest.raises(ValueError, match="sees no CUDA GPU.*device='cpu'"):
             call()
+    for call in (lambda: podracer.make_env("pendulum", 2, device="gpu"),  # was torch's list of every backend
+                 lambda: podracer.agents.ppo.PPO(env.single_observation_space, env.single_action_space, device="gpu"),
+                 lambda: locomotion.make_env("HalfCheetah", 1, device="gpu", verbose=False),
+                 lambda: finance.prepare_market().env("test", 1, device="gpu")):
+        with pytest.raises(ValueError, match="unknown device 'gpu': use 'cpu', 'cuda'"):
+            call()
+    with pytest.raises(ValueError, match="sees no CUDA GPU"):  # an agent built directly, not by make_agent
+        podracer.agents.ppo.PPO(env.single_observation_space, env.single_action_space, device="cuda")

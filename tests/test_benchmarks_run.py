@@ -34,6 +34,15 @@ def _restore_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("name", ["gpu", "backtest_throughput", "ppo_pendulum"])
+def test_a_device_torch_does_not_know_is_a_usage_error(name, capsys):
+    """Found by probing: ``gpu.py --device cuda`` on a machine without one ended in torch's
+    AssertionError, ``--device gpu`` in its list of every backend."""
+    with pytest.raises(SystemExit) as exit_:
+        script(name).main(["--device", "gpu"])
+    assert exit_.value.code == 2 and "argument --device: unknown device 'gpu'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_gpu_script_runs_tiny(device, capsys):

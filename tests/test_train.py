@@ -102,6 +102,10 @@ def test_cli_errors_name_the_fix(tmp_path):
     (["tournament", "ppo", "pendulum", "--generation-steps", "0"], "argument --generation-steps: must be a positive"),
     (["tournament", "ppo", "pendulum", "--pods", "many"],
      "argument --pods: expected a positive whole number or 'auto', got 'many'"),  # was a traceback from int()
+    # Found by probing: --device gpu was torch's RuntimeError listing every backend it knows, from deep in make_env.
+    (["train", "ppo", "pendulum", "--device", "gpu"], "argument --device: unknown device 'gpu': use 'cpu', 'cuda'"),
+    (["eval", "x.pt", "pendulum", "--device", "gpu"], "argument --device: unknown device 'gpu'"),
+    (["tournament", "ppo", "pendulum", "--device", "gpu"], "argument --device: unknown device 'gpu'"),
 ])
 def test_cli_counts_below_one_are_usage_errors(argv, message, capsys):
     """Found by probing: ``--steps -5`` ended in a traceback from train(), and ``--num-envs 0`` trained
@@ -111,6 +115,18 @@ def test_cli_counts_below_one_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a CUDA GPU")
+def test_cli_device_is_checked_here_except_for_a_tournaments_pods(capsys):
+    """train and eval run here, so --device cuda on a machine without one is a usage error; a
+    tournament's pods may run on GPU nodes of a cluster whose driver has none: the name alone is checked."""
+    from podracer.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "ppo", "pendulum", "--device", "cuda"])
+    assert "argument --device: device 'cuda' asked for, but this torch" in capsys.readouterr().err
+    assert build_parser().parse_args(["tournament", "ppo", "pendulum", "--device", "cuda:1"]).device == "cuda:1"
 
 
 def test_cli_counts_take_whole_numbers_in_any_notation():

@@ -397,7 +397,7 @@ class AgentBase:
         self.config = config
         self.observation_space = observation_space
         self.action_space = action_space
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.obs_dim = int(np.prod(observation_space.shape))
         self.preset: Any = None  # the podracer.Preset make_agent built it from, if any
 

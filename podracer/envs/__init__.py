@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podracer.envs.base import AUTORESET_MODE, TensorVecEnv, check_actions, resolve_device
+from podracer.envs.base import AUTORESET_MODE, TensorVecEnv, check_actions, parse_device, resolve_device
 from podracer.envs.cartpole import CartPoleVecEnv
 from podracer.envs.checker import EnvProtocolError, check_env
 from podracer.envs.gym_adapter import GymVecEnvAdapter, make_gym_env
@@ -24,5 +24,5 @@ for _name, _cls in TENSOR_ENVS.items():
 __all__ = [
     "AUTORESET_MODE", "CartPoleVecEnv", "EnvFactory", "EnvProtocolError", "GymVecEnvAdapter", "PendulumVecEnv",
     "RecordEpisodeStatistics", "TENSOR_ENVS", "TensorVecEnv", "check_actions", "check_env", "env_factory",
-    "make_env", "make_gym_env", "register_env", "registered_envs", "resolve_device",
+    "make_env", "make_gym_env", "register_env", "registered_envs", "parse_device", "resolve_device",
 ]

@@ -84,10 +84,21 @@ def check_actions(actions: Any, num_envs: int, space: gym.Space, device: torch.d
         )
 
 
+def parse_device(device: str | torch.device) -> torch.device:
+    """``torch.device(device)``, but a name torch does not know (``"gpu"``) is a ValueError with the
+    names to use, not torch's list of every backend it was built to know. The name alone: whether
+    this machine has the device is ``resolve_device``'s question."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' (the current GPU) or 'cuda:N', "
+                         f"or 'mps' on Apple silicon") from None
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"cuda"`` -> ``cuda:<current index>`` so that comparing with a tensor's device (always
-    indexed) works; other devices unchanged."""
-    device = torch.device(device)
+    indexed) works; other devices unchanged. ValueError for a device this machine does not have."""
+    device = parse_device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU "
