@@ -287,6 +287,8 @@ def test_act_refuses_observations_it_would_misread_and_takes_numpy(name):
     # A NumPy batch (float64, as gymnasium gives) is converted: the same actions as the tensor.
     expected = agent.act(obs, deterministic=True)
     assert torch.equal(agent.act(obs.numpy().astype(np.float64), deterministic=True), expected)
+    # So is a float64 tensor (torch.from_numpy of gymnasium's arrays): it was a dtype error from inside a matmul.
+    assert torch.equal(agent.act(obs.double(), deterministic=True), expected)
     assert agent.act(obs.numpy()).shape[0] == 4
     assert agent(obs[None, 0]).shape[0] == 1  # the policy call takes a batch of one
 

@@ -646,6 +646,14 @@ def test_numeric_settings_must_be_numbers_with_a_named_error(tmp_path):
             TournamentConfig(**{**t.config.to_dict(), "time_budget": budget})
 
 
+def test_from_store_of_a_folder_that_is_no_store_says_so(tmp_path):
+    """Found by probing: a mistyped store path gave a bare FileNotFoundError for tournament.yaml."""
+    with pytest.raises(FileNotFoundError, match=r"missing is no tournament store \(not there\).*Tournament\("):
+        Tournament.from_store(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="is no tournament store \\(a folder without tournament.yaml\\)"):
+        Tournament.from_store(tmp_path)
+
+
 def test_from_store_runs_only_trusted_or_allowed_code(tmp_path, user_module):
     import importlib
 

@@ -407,7 +407,8 @@ class AgentBase:
 
     def check_obs(self, obs: Any) -> torch.Tensor:
         """``obs`` as ``act`` takes it: a batch ``(N, *observation shape)`` (or ``(N, obs_dim)``) on the
-        agent's device; a NumPy array is converted there. Anything else is refused with what was
+        agent's device, as float32 (a NumPy array or a float64 tensor is converted: the networks'
+        dtype, else a dtype error from inside a matmul). Anything else is refused with what was
         expected: broadcast into the networks, a single ``(obs_dim,)`` observation would come back as
         actions for ``obs_dim`` envs, and a wrong width as a shape error from inside a matmul."""
         if isinstance(obs, np.ndarray):
@@ -424,7 +425,7 @@ class AgentBase:
         if obs.device != self.device:
             raise ValueError(f"{type(self).__name__}.act got observations on {obs.device}, the agent is on "
                              f"{self.device}: pass obs.to(agent.device), or build the agent with device=env.device")
-        return obs
+        return obs if obs.dtype == torch.float32 else obs.float()
 
     def train_step(self, env: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError

@@ -119,6 +119,11 @@ class Tournament:
             overrides.setdefault("storage_path", store)
             store = restore(store, local_store)
         path = Path(store) / "tournament.yaml"
+        if not path.is_file():  # found by probing: a bare FileNotFoundError for tournament.yaml
+            what = "a folder without tournament.yaml" if Path(store).is_dir() else "not there"
+            raise FileNotFoundError(f"{store} is no tournament store ({what}): a store is the folder a Tournament(..., "
+                                    f"store=...) or `podracer tournament --store` wrote, with its tournament.yaml; "
+                                    f"check the path, or start a new run there with Tournament(...)")
         allow = list(allow or ())
         cfg = TournamentConfig.from_yaml(path).to_dict()
         env_specs = {k: cfg.pop(k) for k in ("make_env", "make_eval_env")}
