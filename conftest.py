@@ -33,6 +33,12 @@ import pytest
 # for determinism; a child left at torch's default of one thread per core competes with the other
 # pytest worker on a 2-core machine, and small networks then run many times slower, not faster.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray starts its workers at niceness 15 (its worker_niceness setting) so that they yield to the
+# driver. Here the other pytest workers, at niceness 0, keep both cores busy, and a Ray worker then
+# gets a few percent of a core: a pod's actor took minutes to import torch and a test's 180 s wait
+# ran out. Every Ray the tests start (in the pytest process, subprocess drivers, `ray start` nodes,
+# Jupyter kernels: all inherit the environment) runs its workers at the tests' priority instead.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 

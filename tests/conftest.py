@@ -6,14 +6,6 @@ import torch
 # Smoke by default: the same code paths, smaller. PODRACER_SIZE=full runs the long versions.
 SIZE = os.environ.get("PODRACER_SIZE", "smoke")
 
-# Ray starts its workers at niceness 15 (its worker_niceness setting) so that they yield to the
-# driver. Here the other pytest workers, at niceness 0, keep both cores busy, and a Ray worker
-# then gets a few percent of a core: a pod actor took minutes to import torch and a test's
-# 180 s wait ran out. Every Ray a test starts (in this process, in subprocess drivers, ``ray
-# start`` nodes and notebook kernels, which all inherit the environment) runs its workers at
-# the tests' priority instead.
-os.environ.setdefault("RAY_worker_niceness", "0")
-
 
 @pytest.fixture(autouse=True)
 def _fixed_threads():
