@@ -654,6 +654,17 @@ def test_from_store_of_a_folder_that_is_no_store_says_so(tmp_path):
         Tournament.from_store(tmp_path)
 
 
+def test_an_edited_tournament_yaml_that_is_not_a_mapping_of_fields_names_the_file(tmp_path):
+    """Found by probing: a store whose tournament.yaml an edit broke raised yaml's bare ParserError."""
+    path = tmp_path / "tournament.yaml"
+    path.write_text("garbage: [\n")
+    with pytest.raises(ValueError, match=rf"{path} is not valid YAML \(while parsing .*restore the file"):
+        Tournament.from_store(tmp_path)
+    path.write_text("- a list\n")
+    with pytest.raises(ValueError, match=rf"{path} holds a list, not the mapping of TournamentConfig fields"):
+        Tournament.from_store(tmp_path)
+
+
 def test_from_store_runs_only_trusted_or_allowed_code(tmp_path, user_module):
     import importlib
 

@@ -212,11 +212,20 @@ class TournamentConfig:
 
     @classmethod
     def from_yaml(cls, text_or_path: str | Path) -> "TournamentConfig":
-        """From YAML text or a path to a YAML file."""
-        source = text_or_path
+        """From YAML text or a path to a YAML file. Text that is not YAML, or YAML that is not a mapping
+        of fields (an edited store's tournament.yaml), is a ValueError naming the file."""
+        source, where = text_or_path, "the YAML text"
         if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
-            source = Path(source).read_text()
-        return cls.from_dict(yaml.safe_load(source))
+            source, where = Path(source).read_text(), str(source)
+        try:
+            data = yaml.safe_load(source)
+        except yaml.YAMLError as err:  # found by probing: a bare ParserError that named neither the file nor a fix
+            raise ValueError(f"{where} is not valid YAML ({' '.join(str(err).split())}); fix that line, or restore "
+                             f"the file from a copy of the store") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{where} holds a {type(data).__name__}, not the mapping of TournamentConfig fields a "
+                             f"tournament.yaml is; restore the file from a copy of the store")
+        return cls.from_dict(data)
 
     def differences(self, other: "TournamentConfig") -> list[str]:
         """Fields outside ``RUN_FIELDS`` whose values differ (an env spec unknown on either side is skipped)."""
