@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 # Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
 # Either can be overridden: PODRACER_SIZE=full make test.
 
-.PHONY: demo test check lab docs bench rllib-venv install clean
+.PHONY: demo test check lab docs course bench rllib-venv install clean
 
 # The install re-runs only when the dependency files change (the stamp is newer otherwise).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp,teach]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -58,6 +58,13 @@ docs: $(STAMP)
 	    --output-dir $(DOCS) "$$nb" || exit 1; done
 	cp notebooks/GLOSSARY.md $(DOCS)/
 	@echo "open $(DOCS)/01_first_agent.html"
+
+# A term's releases from the lessons' sources (notebooks/source/, docs/syllabus.md): build/course/student (the
+# notebooks students get), build/course/autograder/NN_name.zip (otter-grader autograders with the hidden tests) and
+# build/course/ta (solutions, RUBRIC.md). It also writes the student notebooks over notebooks/NN_name.ipynb, so a
+# source edited and released is committed with its student notebook (a test checks the two agree).
+course: $(STAMP)
+	$(BIN)/python -m podracer.course release --out build/course --update-lessons
 
 # reveal.js slides of the lessons (docs/slides.md), one HTML file each in build/slides/ (not committed):
 # `## ` headings start slides unless a cell's slideshow tag says otherwise. LESSONS=notebooks/02_inside_ppo.ipynb

@@ -1,13 +1,12 @@
 """pytest set-up for the whole checkout; the tests' own fixtures are in tests/conftest.py.
 
-Each lesson runs once. A solution notebook, ``notebooks/solutions/NN_name.ipynb``, starts with
-``run_lesson("../NN_name.ipynb")`` (``podracer.course``): every code cell of the lesson executes in
-the solution's kernel, then the solution answers the exercises. Running the lesson again on its own
-would repeat the same cells, so ``pytest notebooks --nbmake`` (``make test``, CI) does not collect a
-lesson whose solution runs it: the lesson's cells execute exactly once, through its solution. A
-lesson without such a solution is still collected on its own, and a notebook named on the command
-line always runs (pytest never ignores a path it was given). tests/test_course.py checks that every
-lesson has a solution that runs it, once, first, and that collection picks the solutions only.
+Each lesson runs once, through its source. ``notebooks/source/NN_name.ipynb`` is the one source of a
+lesson: its cells with the worked answers inline, in otter-grader's format (``podracer.course.release``).
+``notebooks/NN_name.ipynb``, the student's notebook, is built from it (``make course``; a test keeps
+the two in step), so ``pytest notebooks --nbmake`` (``make test``, CI) runs the sources and does not
+collect the student notebooks: every lesson's cells execute once, with its answers, its practice
+checks strict and its hidden tests asserted. A notebook named on the command line always runs
+(pytest never ignores a path it was given): the grading tests run a student notebook that way.
 
 This file sits at the root, not in notebooks/: the tests import ``from conftest import SIZE``
 (tests/conftest.py), and pytest keeps one module named ``conftest`` for directories that are not
@@ -20,10 +19,7 @@ processes (below), the others spread over the workers.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -43,26 +39,9 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 
 
-def _code_cells(path: Path) -> list[str]:
-    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-
-
-@functools.cache
-def lessons_run_by_solutions(notebooks: Path = NOTEBOOKS) -> frozenset[Path]:
-    """The lesson notebooks that a solution runs, once, in its first code cell."""
-    lessons = set()
-    for solution in sorted((notebooks / "solutions").glob("[0-9][0-9]_*.ipynb")):
-        lesson = notebooks / solution.name
-        cells = _code_cells(solution)
-        calls = re.findall(r"\brun_lesson\(", "\n".join(cells))
-        if lesson.exists() and cells and f'run_lesson("../{lesson.name}")' in cells[0] and len(calls) == 1:
-            lessons.add(lesson)
-    return frozenset(lessons)
-
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path.suffix == ".ipynb" and collection_path.resolve() in lessons_run_by_solutions():
-        return True  # its solution runs it
+    if collection_path.suffix == ".ipynb" and collection_path.resolve().parent == NOTEBOOKS:
+        return True  # a student notebook: built from its source, which runs
     return None  # no opinion: pytest's own rules (--ignore, ...) decide
 
 
@@ -86,9 +65,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # scopes spend most of their time waiting on processes they started, so `make test` runs one more
 # worker than the machine has cores (Makefile). (A path list, not xdist_group markers: pytest-xdist
 # 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
-RAY = ("notebooks/11_", "notebooks/solutions/11_", "tests/test_ray_backend.py", "tests/test_storage.py",
+RAY = ("notebooks/source/11_", "tests/test_ray_backend.py", "tests/test_storage.py",
        "tests/test_cluster_faults.py")
-LOCAL = ("notebooks/09_", "notebooks/10_", "notebooks/solutions/09_", "notebooks/solutions/10_",
+LOCAL = ("notebooks/source/09_", "notebooks/source/10_",
          "tests/test_tournament.py", "tests/test_notebook_browser.py")
 
 

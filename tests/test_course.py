@@ -1,4 +1,8 @@
-"""The course's rules (issues 13 and 24), checked on the committed notebooks, and the exercise checker."""
+"""The course's rules (issues 13, 24 and 33), checked on the committed notebooks, and the exercise checker.
+
+``notebooks/source/NN_name.ipynb`` is each lesson's one source (its worked answers and hidden tests
+inline); ``notebooks/NN_name.ipynb`` is the student's notebook built from it (tests/test_course_release.py
+keeps the two in step)."""
 
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ from podracer.course import ExerciseFailed, check, is_unanswered, set_strict
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-SOLUTIONS = NOTEBOOKS / "solutions"
-SOLVED = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+SOURCES = NOTEBOOKS / "source"
+SOLVED = sorted(SOURCES.glob("[0-9][0-9]_*.ipynb"))
 GLOSSARY = NOTEBOOKS / "GLOSSARY.md"
 # The standard market: prepare_market's defaults (train, valid, test) and the history before them.
 # A call of any of the three checks, and its exercise's name: check("1", ...), check_value("2b", ...)
@@ -77,7 +81,7 @@ def test_the_sequence_is_numbered_without_gaps():
     assert len(LESSONS) >= 13
 
 
-@pytest.mark.parametrize("path", LESSONS + sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.parametrize("path", LESSONS + SOLVED, ids=lambda p: p.parent.name + "/" + p.name)
 def test_committed_without_outputs(path):
     for i, cell in enumerate(cells(path)):
         if cell["cell_type"] == "code":
@@ -103,23 +107,26 @@ def test_lesson_follows_the_rules(path):
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
-def test_every_lesson_has_a_solution_that_runs_it(path):
-    solution = SOLUTIONS / path.name
-    assert solution.exists(), f"no solutions/{path.name}"
-    sources = code(solution)
-    assert f'run_lesson("../{path.name}")' in sources[0], f'solutions/{path.name} should start with run_lesson("../{path.name}")'
-    calls = re.findall(r"\brun_lesson\(", "\n".join(sources))
-    assert len(calls) == 1, f"solutions/{path.name} should run its lesson once, calls run_lesson {len(calls)} times"
+def test_every_lesson_has_a_source_that_answers_and_tests_every_exercise(path):
+    source = SOURCES / path.name
+    assert source.exists(), f"no source/{path.name}"
     lesson_checks = re.findall(CHECK_CALL, "\n".join(code(path)))
-    solved = re.findall(CHECK_CALL, "\n".join(sources[1:]))
-    assert sorted(lesson_checks) == sorted(solved), f"solutions/{path.name} should answer {lesson_checks}, has {solved}"
-    for src in sources[1:]:
-        assert not re.search(r"=\s*\.\.\.(\s|#|$)", src), f"solutions/{path.name} leaves a `...` answer:\n{src}"
+    source_cells = cells(source)
+    source_checks = re.findall(CHECK_CALL, "\n".join(c for c in code(source) if not c.startswith("# HIDDEN")))
+    assert sorted(lesson_checks) == sorted(source_checks), f"source/{path.name} should check {lesson_checks}"
+    hidden = [c for c in code(source) if c.startswith("# HIDDEN")]
+    assert len(hidden) == len(lesson_checks), f"source/{path.name}: one hidden test per check, found {len(hidden)}"
+    questions = ["".join(c["source"]) for c in source_cells if c["cell_type"] == "raw"
+                 and "".join(c["source"]).startswith("# BEGIN QUESTION")]
+    assert questions and len(questions) <= len(lesson_checks), f"source/{path.name}: its exercises as questions"
+    for src in code(source):
+        if "# BEGIN SOLUTION NO PROMPT" in src:
+            answer = src.split("# BEGIN SOLUTION NO PROMPT", 1)[1]
+            assert not re.search(r"=\s*\.\.\.(\s|#|$)", answer), f"source/{path.name} leaves a `...` answer:\n{src}"
 
 
 # ---------------------------------------------------------------------------- exercises a lecturer can grade
-ANSWERS = NOTEBOOKS / "answers.json"
-CHECK_VALUE_CALL = re.compile(r"\bcheck_value\(\s*\"([^\"]+)\"\s*,[^,]+,\s*lesson=\"([^\"]+)\"")
+EXPECT_VALUE = re.compile(r"\bexpect_value\([^,]+,\s*(-?[\d.]+)(?:,\s*digits=(\d+))?")
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,_]*(?:\.\d+)?(?:[eE][-+]?\d+)?")  # -1,974  0.3241  2_048  1e-3
 
 
@@ -140,25 +147,13 @@ def written_numbers(text: str) -> set[float]:
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_no_lesson_shows_a_hidden_answer(path):
-    """A check_value exercise has its answer recorded, and no number written in the lesson, in its check cell
-    or anywhere else, is that answer (to its recorded decimals, give or take one in the last, as check_value
-    accepts): hashing each number the lesson writes finds it if it is there."""
-    data = json.loads(ANSWERS.read_text())
-    sources = "\n".join(code(path))
-    calls = CHECK_VALUE_CALL.findall(sources)
-    assert len(calls) == len(re.findall(r"\bcheck_value\(", sources)), (
-        f'{path.name}: write check_value("<exercise>", answer, lesson="{path.stem}", ...) with its lesson as a keyword')
+    """No number written in the student's lesson, in a cell or a hint, is the value a hidden test expects
+    (rounded to the test's decimals): the student's files hold no expected value."""
     candidates = written_numbers("\n".join("".join(c["source"]) for c in cells(path)))
-    iterations = int(data.get("iterations", course.HASH_ITERATIONS))
-    for exercise, lesson in calls:
-        key = f"{lesson}/{exercise}"
-        assert lesson == path.stem, f"{path.name}: check_value({exercise!r}) reads the answers of lesson {lesson!r}"
-        entry = data["answers"].get(key)
-        assert entry, f"answers.json has no answer for {key!r}: record it (podracer.course.record_answer)"
-        digits, step = int(entry["digits"]), 10.0 ** -int(entry["digits"])
-        texts = {course._canonical(x + k * step, digits) for x in candidates for k in (-1, 0, 1)} - {None}
-        shown = [t for t in sorted(texts) if course._digest(t, data["salt"], key, iterations) == entry["sha256"]]
-        assert not shown, f"{path.name} writes {shown[0]}, the hidden answer of exercise {exercise}: take it out"
+    for expected, digits in EXPECT_VALUE.findall("\n".join(code(SOURCES / path.name))):
+        d = int(digits or 0)
+        shown = [x for x in candidates if round(x, d) == round(float(expected), d)]
+        assert not shown, f"{path.name} writes {shown[0]}, the value a hidden test expects: take it out"
 
 
 COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]"
@@ -217,13 +212,13 @@ def exercise_sections(path: Path) -> dict[str, list[dict]]:
 def test_solutions_answer_the_questions_in_prose(path):
     """An exercise that asks why, or to predict or derive first, has its answer in words in the solution:
     a markdown cell of at least a few sentences, not only code."""
-    answered = exercise_sections(SOLUTIONS / path.name)
+    answered = exercise_sections(SOURCES / path.name)
     for number, part in exercise_sections(path).items():
         if not any(cell["cell_type"] == "markdown" and ASKS.search("".join(cell["source"])) for cell in part):
             continue
         prose = [cell for cell in answered.get(number, []) if cell["cell_type"] == "markdown"
                  and len("".join(cell["source"])) >= 150]
-        assert prose, f"solutions/{path.name}: exercise {number} asks why (or to predict, or derive): answer it in prose"
+        assert prose, f"source/{path.name}: exercise {number} asks why (or to predict, or derive): answer it in prose"
 
 
 # ---------------------------------------------------------------------------- each lesson runs once
@@ -235,13 +230,15 @@ def _root_conftest():
     return module
 
 
-def test_every_lesson_runs_once_through_its_solution():
-    """CI executes each lesson once: its solution runs it, so collection leaves the lesson out."""
-    assert _root_conftest().lessons_run_by_solutions(NOTEBOOKS) == set(LESSONS)
+def test_collection_leaves_out_the_student_notebooks_and_keeps_the_sources():
+    """CI executes each lesson once, through its source; the student's notebook is built from it."""
+    conftest = _root_conftest()
+    assert all(conftest.pytest_ignore_collect(p, None) is True for p in LESSONS)
+    assert all(conftest.pytest_ignore_collect(p, None) is None for p in SOLVED)
 
 
 @pytest.mark.slow
-def test_nbmake_collects_the_solutions_and_not_the_lessons():
+def test_nbmake_collects_the_sources_and_not_the_student_notebooks():
     # the caller's PYTEST_ADDOPTS (-v, say) would change the listing this reads, so it is left out
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     res = subprocess.run([sys.executable, "-m", "pytest", "notebooks", "--nbmake", "--collect-only", "-q",

@@ -120,6 +120,7 @@ STRICT_ENV = "PODRACER_STRICT_CHECKS"  # "1": a wrong answer raises ExerciseFail
 ANSWERS_ENV = "PODRACER_ANSWERS"  # path of the answers file for check_value
 ANSWERS_FILE = "answers.json"
 ANSWERS_FORMAT = "podracer-answers/1"
+UNCHECKED = "unchecked"  # a check_value with no answers file: the kind of answer checked, not its value
 HASH_ITERATIONS = 50_000  # PBKDF2 rounds per candidate: ~15 ms a check, minutes to try every 3-decimal value
 
 # The first code cell of a lesson on Google Colab: installs the course there, does nothing elsewhere.
@@ -153,7 +154,7 @@ class CheckResult:
     """What a check found. True when right; shows nothing as a cell's value (the check printed it)."""
 
     exercise: str
-    status: str  # "ok", "wrong" or "unanswered"
+    status: str  # "ok", "wrong", "unanswered" or "unchecked" (a value no file here can check)
     message: str
 
     def __bool__(self) -> bool:
@@ -252,6 +253,11 @@ def check(exercise: str, answer: Any, condition: Callable[[Any], Any], hint: str
             ok, detail = False, f"checking {_short(answer)} raised {type(exc).__name__}: {exc}"
         if ok is None:
             return _unanswered(exercise, detail, strict)
+        if ok == UNCHECKED:  # a value with no expected value here: its format is all that is checked
+            message = f"Exercise {exercise}: {detail}"
+            print(_paint("• " + message, "yellow"))
+            _results[exercise] = UNCHECKED
+            return CheckResult(exercise, UNCHECKED, message)
     else:
         try:
             ok, detail = bool(condition(answer)), f"your answer: {_short(answer)}"
@@ -494,10 +500,16 @@ class hidden:  # noqa: N801 (used like a function: check("1", v, hidden("00_foun
 
     def evaluate(self, answer: Any) -> tuple[bool | None, str]:
         path = _find_answers(self.answers)
-        if path is None or not path.is_file():
-            return None, (f"it cannot be checked here: no {ANSWERS_FILE} found (looked at "
-                          f"{path or f'${ANSWERS_ENV} and {ANSWERS_FILE} in {Path.cwd()} and above'}). On Colab, "
-                          f"upload notebooks/{ANSWERS_FILE} next to the notebook.")
+        if path is None and self.answers is None:
+            # The course's releases hold no expected values: the format is checked here, the value
+            # by the autograder's hidden tests (podracer.course.release).
+            if not isinstance(answer, str) and _canonical(answer, 3) is None:
+                return False, f"expected a number, got {_short(answer, 80)}"
+            return UNCHECKED, (f"your answer, {_short(answer, 40)}, is of the kind asked for; its value is not "
+                               f"checked here (this notebook holds no expected values): the course's autograder "
+                               f"marks it, and the worked answer is in the lesson's source.")
+        if not path.is_file():
+            return None, f"it cannot be checked here: the answers file {path} does not exist."
         data = _read_answers(path)
         entry = data["answers"].get(self.key)
         if entry is None:
@@ -707,7 +719,7 @@ def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m podracer.course slides [NOTEBOOK ...] [--out DIR] [--execute] [--reveal-prefix URL]``."""
+    """``python -m podracer.course slides|release|grade ...`` (``make slides``, ``make course``)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m podracer.course", description=__doc__.splitlines()[0])
@@ -718,10 +730,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     slides.add_argument("--execute", action="store_true", help="run each notebook first, for its figures")
     slides.add_argument("--reveal-prefix", default=None,
                         help="where reveal.js is loaded from (default: a CDN; a local copy for offline rooms)")
+    release = sub.add_parser("release", help="the student, autograder and TA releases from notebooks/source/ "
+                                             "(make course)")
+    release.add_argument("sources", nargs="*", help="lesson sources (default: every notebooks/source/NN_*.ipynb)")
+    release.add_argument("--out", default="build/course")
+    release.add_argument("--update-lessons", action="store_true",
+                         help="also write the student notebooks over notebooks/NN_*.ipynb (after editing a source)")
+    grade = sub.add_parser("grade", help="grade submitted notebooks with a lesson's autograder (otter run, no Docker)")
+    grade.add_argument("autograder", help="build/course/autograder/NN_name.zip")
+    grade.add_argument("submissions", nargs="+", help="the students' .ipynb files")
+    grade.add_argument("--out", default="build/grades", help="folder for grades.csv and otter's results")
     args = parser.parse_args(argv)
-    build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix)
+    if args.command == "slides":
+        build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix)
+    elif args.command == "release":
+        from podracer.course.release import build_release
+
+        out = build_release(args.out, args.sources or None, update_lessons=args.update_lessons)
+        print(f"student notebooks: {out / 'student'}\nautograders: {out / 'autograder'}\n"
+              f"TA release (solutions, RUBRIC.md): {out / 'ta'}")
+    else:
+        from podracer.course.release import grade as grade_submissions
+
+        missing = [s for s in [args.autograder, *args.submissions] if not Path(s).is_file()]
+        if missing:
+            parser.error(f"no such file: {missing[0]}")
+        rows = grade_submissions(args.autograder, args.submissions, args.out)
+        for row in rows:
+            print(f"{row['submission']}: {row['total']:g} / {row['possible']:g}  {row['notes']}")
+        print(f"grades: {Path(args.out) / 'grades.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

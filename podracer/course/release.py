@@ -1,0 +1,231 @@
+"""Build a term's releases of the course from one source per lesson, and grade submissions.
+
+Each lesson has one source, ``notebooks/source/NN_name.ipynb``: the lesson with its worked answers,
+in otter-grader's notebook format (an exercise is a ``# BEGIN QUESTION`` block: the prompt, the
+answer cell with the solution between ``# BEGIN SOLUTION`` and ``# END SOLUTION``, the practice
+check, and hidden tests, ``# HIDDEN``, that call :mod:`podracer.course.grading`). CI runs every
+source top to bottom, so every worked answer passes its practice check and its hidden tests.
+
+:func:`build_release` (``make course``, ``python -m podracer.course release``) runs ``otter assign``
+on each source and writes three things into ``build/course/``:
+
+``student/``
+    What students get: the lessons without solutions, hidden tests or expected values, with the
+    practice checks (tiered hints) and ``GLOSSARY.md``. ``notebooks/NN_name.ipynb`` in the
+    repository are these notebooks (a test keeps them in step with the sources).
+``autograder/NN_name.zip``
+    otter's autograder for the lesson: the hidden tests, and the :mod:`podracer.course.otter_plugin`
+    configuration that rebuilds a submission from the release before it runs. ``otter run -a
+    NN_name.zip submission.ipynb`` grades one notebook on this machine, without Docker; the same
+    zip is a Gradescope autograder. :func:`grade` does it for a folder of submissions.
+``ta/``
+    For the teaching assistants: the solution notebooks (``NN_name.ipynb``), ``RUBRIC.md`` (each
+    question's points, what its hidden tests assert, the prose answers to mark by hand) and
+    ``GLOSSARY.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "build_release", "grade", "lesson_sources", "student_notebook"]
+
+SOURCE_ONLY_TAG = "source-only"  # a cell the sources run in CI and no release holds
+PLUGIN = "podracer.course.otter_plugin.LockedCells"
+# otter assign's settings, one place for every lesson: no otter cells in the student's notebook
+# (students install the course, not the grader), the tests not run at assign time (CI runs the
+# sources), no PDFs.
+ASSIGNMENT_CONFIG = {
+    "init_cell": False,
+    "check_all_cell": False,
+    "export_cell": False,
+    "run_tests": False,
+    "solutions_pdf": False,
+    "generate": {"plugins": [PLUGIN]},
+}
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def lesson_sources(folder: str | os.PathLike = NOTEBOOKS / "source") -> list[Path]:
+    """The lessons' sources, ``NN_name.ipynb``, in order."""
+    return sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
+
+
+def _otter_master(source: Path) -> dict:
+    """The source as otter assign reads it: its config cell first, source-only cells left out, and
+    links to the glossary as they will be beside it."""
+    notebook = json.loads(source.read_text())
+    cells = [c for c in notebook["cells"] if SOURCE_ONLY_TAG not in c.get("metadata", {}).get("tags", [])]
+    config = "# ASSIGNMENT CONFIG\n" + json.dumps({"name": source.stem, **ASSIGNMENT_CONFIG}, indent=1)
+    cells.insert(0, {"cell_type": "raw", "metadata": {}, "source": config, "id": "assignment-config"})
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            cell["source"] = text.replace("](../GLOSSARY.md", "](GLOSSARY.md")
+    notebook["cells"] = cells
+    return notebook
+
+
+def _assign(source: Path, work: Path) -> Path:
+    """``otter assign`` of one source into ``work``; returns the folder it wrote."""
+    try:
+        from otter.assign import main as otter_assign
+    except ImportError as exc:
+        raise ImportError("building the course's releases needs otter-grader: pip install 'podracer-rl[teach]' "
+                          "(make install has it)") from exc
+    master = work / "master" / source.name
+    master.parent.mkdir(parents=True, exist_ok=True)
+    master.write_text(json.dumps(_otter_master(source), indent=1))
+    dist = work / "dist"
+    with contextlib.redirect_stdout(io.StringIO()) as said:  # otter prints its progress
+        try:
+            otter_assign(str(master), str(dist), no_pdfs=True)
+        except Exception as exc:
+            raise RuntimeError(f"otter assign failed on {source}: {exc}\n{said.getvalue()[-2000:]}") from exc
+    return dist
+
+
+def _clean(notebook: dict, source: Path) -> dict:
+    """Outputs and execution counts off; each cell's metadata from the source (its slide type, say),
+    with otter's added (its answer-cell tag, which cells are locked)."""
+    original = {c.get("id"): c.get("metadata", {}) for c in json.loads(source.read_text())["cells"]}
+    # A solution block after a check (what the worked answer prints once checked) leaves an empty
+    # answer cell in the student's notebook: not a place to answer, so it goes.
+    notebook["cells"] = [c for c in notebook["cells"] if not (
+        c["cell_type"] == "code" and "otter_answer_cell" in c["metadata"].get("tags", []) and not "".join(c["source"]).strip())]
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        kept = original.get(cell.get("id"), {})
+        tags = [*kept.get("tags", []), *(t for t in cell["metadata"].get("tags", []) if t not in kept.get("tags", []))]
+        cell["metadata"] = {**kept, **cell["metadata"], **({"tags": tags} if tags else {})}
+    return notebook
+
+
+def student_notebook(source: str | os.PathLike, work: str | os.PathLike | None = None) -> dict:
+    """The student's notebook that the release builds from ``source`` (as a JSON dict)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dist = _assign(Path(source), Path(work or tmp))
+        return _clean(json.loads((dist / "student" / Path(source).name).read_text()), Path(source))
+
+
+def _rubric(source: Path) -> str:
+    """One lesson's part of RUBRIC.md: each question, its points, its hidden tests and prose answers."""
+    cells = json.loads(source.read_text())["cells"]
+    lines = [f"## {source.stem}", ""]
+    question, in_tests, in_solution = None, False, False
+    for cell in cells:
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "raw" and text.startswith("# BEGIN QUESTION"):
+            meta = dict(line.split(": ", 1) for line in text.splitlines()[1:] if ": " in line)
+            question = meta.get("name")
+            lines += [f"### {question} ({meta.get('points', 1)} point(s))", ""]
+        elif cell["cell_type"] == "raw":
+            in_tests = text.startswith("# BEGIN TESTS") or (in_tests and not text.startswith("# END TESTS"))
+            in_solution = text.startswith("# BEGIN SOLUTION") or (in_solution and not text.startswith("# END SOLUTION"))
+            if text.startswith("# BEGIN TESTS"):
+                lines += ["Hidden tests (each an equal share of the points):", ""]
+        elif question and cell["cell_type"] == "markdown" and text.startswith("### "):
+            lines += [text.splitlines()[0].lstrip("# "), ""]
+        elif question and in_tests and cell["cell_type"] == "code":
+            body = "\n".join(l for l in text.splitlines() if not l.startswith(("# HIDDEN", "from podracer.course.grading")))
+            lines += ["```python", body.strip(), "```", ""]
+        elif question and in_solution and cell["cell_type"] == "markdown":
+            lines += ["Prose to mark by hand (the model answer; full marks for the idea, not the wording):", "",
+                      *[f"> {l}" if l else ">" for l in text.splitlines()], ""]
+    return "\n".join(lines)
+
+
+def _patch_autograder(zip_path: Path, student: dict, target: Path) -> None:
+    """otter's autograder zip, with the released student notebook in the plugin's configuration."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(zip_path) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            if item.filename == "otter_config.json":
+                config = json.loads(data)
+                config["plugins"] = [{PLUGIN: {"notebook": student}}]
+                data = json.dumps(config).encode()
+            new.writestr(item.filename, data)
+
+
+def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str | os.PathLike] | None = None,
+                  glossary: str | os.PathLike = NOTEBOOKS / "GLOSSARY.md", update_lessons: bool = False) -> Path:
+    """Build ``out/student``, ``out/autograder`` and ``out/ta`` from the lessons' sources (all of
+    them by default). ``update_lessons`` also writes the student notebooks over ``notebooks/``
+    (what a change to a source needs before it is committed). Returns ``out``."""
+    out = Path(out)
+    paths = [Path(s) for s in sources] if sources is not None else lesson_sources()
+    if not paths:
+        raise FileNotFoundError("no lesson sources (notebooks/source/NN_name.ipynb) to release")
+    for folder in ("student", "autograder", "ta"):
+        shutil.rmtree(out / folder, ignore_errors=True)
+        (out / folder).mkdir(parents=True)
+    rubric = ["# Rubric", "",
+              "Points per question as in the autograders; each hidden test is an equal share of its question.", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in paths:
+            dist = _assign(source, Path(tmp) / source.stem)
+            student = _clean(json.loads((dist / "student" / source.name).read_text()), source)
+            (out / "student" / source.name).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
+            if update_lessons:
+                (NOTEBOOKS / source.name).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
+            solution = _clean(json.loads((dist / "autograder" / source.name).read_text()), source)
+            (out / "ta" / source.name).write_text(json.dumps(solution, indent=1, ensure_ascii=False) + "\n")
+            (zip_path,) = (dist / "autograder").glob("*.zip")
+            _patch_autograder(zip_path, student, out / "autograder" / f"{source.stem}.zip")
+            rubric.append(_rubric(source))
+            print(f"released {source.stem}")
+    (out / "ta" / "RUBRIC.md").write_text("\n".join(rubric) + "\n")
+    for folder in ("student", "ta"):
+        shutil.copy(glossary, out / folder / "GLOSSARY.md")
+    return out
+
+
+def grade(autograder: str | os.PathLike, submissions: Sequence[str | os.PathLike],
+          out: str | os.PathLike = "build/grades") -> list[dict]:
+    """Grade each submitted notebook with ``otter run`` (a fresh kernel each, no Docker) and write
+    ``out/grades.csv`` (one row per submission: each question's score, the total, the plugin's
+    notes). Returns the rows."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for submission in map(Path, submissions):
+        target = out / submission.stem
+        target.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([sys.executable, "-m", "otter", "run", "-a", str(Path(autograder).resolve()),
+                               "-o", str(target.resolve()), "--no-logo", str(submission.resolve())],
+                              capture_output=True, text=True, cwd=submission.resolve().parent)
+        results = target / "results.json"
+        if not results.exists():
+            raise RuntimeError(f"otter run wrote no results for {submission}:\n{done.stdout[-3000:]}\n"
+                               f"{done.stderr[-3000:]}")
+        tests = json.loads(results.read_text())["tests"]
+        row = {"submission": submission.name}
+        for test in tests:
+            if test.get("max_score"):
+                row[test["name"]] = test.get("score", 0.0)
+        row["total"] = sum(v for k, v in row.items() if k not in ("submission",))
+        row["possible"] = sum(t["max_score"] for t in tests if t.get("max_score"))
+        notes = re.search(r"every answer cell was run|answer cell .*", done.stdout)
+        row["notes"] = notes.group(0) if notes else ""
+        rows.append(row)
+    with open(out / "grades.csv", "w", newline="") as f:
+        fields = sorted({k for r in rows for k in r}, key=lambda k: (k != "submission", k in ("total", "possible",
+                                                                                             "notes"), k))
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
