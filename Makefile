@@ -61,10 +61,10 @@ docs: $(STAMP)
 
 # A term's releases from the lessons' sources (notebooks/source/, docs/syllabus.md): build/course/student (the
 # notebooks students get), build/course/autograder/NN_name.zip (otter-grader autograders with the hidden tests) and
-# build/course/ta (solutions, RUBRIC.md). It also writes the student notebooks over notebooks/NN_name.ipynb, so a
+# build/course/ta (solutions, RUBRIC.md), build/course/bundle (the wheel a Colab cell can install). It also writes the student notebooks over notebooks/NN_name.ipynb, so a
 # source edited and released is committed with its student notebook (a test checks the two agree).
 course: $(STAMP)
-	$(BIN)/python -m podracer.course release --out build/course --update-lessons
+	$(BIN)/python -m podracer.course release --out build/course --update-lessons --bundle
 
 # reveal.js slides of the lessons (docs/slides.md), one HTML file each in build/slides/ (not committed):
 # `## ` headings start slides unless a cell's slideshow tag says otherwise. LESSONS=notebooks/02_inside_ppo.ipynb

@@ -218,3 +218,67 @@ def test_grading_lesson_00_full_marks_nothing_partial_and_tampering_changes_noth
     assert rows["library_calls.ipynb"]["total"] == 1 and rows["library_calls.ipynb"]["ex1"] == 1
     assert "answer cell 5 was not run" in rows["library_calls.ipynb"]["notes"]
     assert (tmp_path / "grades" / "grades.csv").read_text().count("\n") == 4
+
+
+# ---------------------------------------------------------------------------- the hosted path
+def test_the_hosted_setting_fills_every_badge_and_first_cell(tmp_path):
+    from podracer.course.release import build_release, hosted_settings
+
+    wheel = "https://github.com/uni/rl/releases/download/t1/podracer_rl-1.2.0-py3-none-any.whl"
+    out = build_release(tmp_path / "course", sources=lesson_sources()[11:13],
+                        hosted=hosted_settings(repository="uni/rl", ref="t1", install=wheel))
+    for path in sorted((out / "student").glob("*.ipynb")):
+        cells = _cells(path)
+        assert f"colab.research.google.com/github/uni/rl/blob/t1/notebooks/{path.name})" in _text(cells[0])
+        first = next(_text(c) for c in cells if c["cell_type"] == "code")
+        extras = "finance,cluster" if path.name.startswith("11") else "finance,locomotion"
+        assert f'%pip install --quiet "podracer-rl[{extras}] @ {wheel}"' in first, first
+    for bad, match in ((dict(repository="no-slash"), "owner/name"), (dict(install='x"; rm -rf ~'), "install="),
+                       (dict(ref="main branch"), "branch or tag")):
+        with pytest.raises(ValueError, match=match):
+            hosted_settings(**bad)
+
+
+@pytest.mark.slow
+def test_the_bundle_runs_a_student_lesson_where_only_a_hosted_service_s_packages_are(tmp_path):
+    """The wheel the release builds, installed into a fresh virtual environment with no project files,
+    runs lesson 05's first cells from the student release: its imports, the bundled prices, the glossary.
+
+    Offline, the preinstalled packages (torch, numpy, pandas, matplotlib, ...) come from this checkout's
+    environment, added as a path entry: its .pth files, this checkout's editable install among them, are
+    not processed there, so podracer is importable only once the wheel is installed."""
+    import subprocess
+    import sys
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from podracer.course.release import build_bundle
+
+    wheel = build_bundle(tmp_path / "bundle")
+    venv = tmp_path / "hosted"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "preinstalled.pth").write_text(str(Path(torch.__file__).resolve().parents[1]) + "\n")
+    classroom = tmp_path / "classroom"  # what a student has: the release's notebook and glossary
+    classroom.mkdir()
+    student = NOTEBOOKS / "05_market_data.ipynb"
+    (classroom / "GLOSSARY.md").write_text((NOTEBOOKS / "GLOSSARY.md").read_text())
+    before = subprocess.run([python, "-c", "import podracer"], cwd=classroom, capture_output=True, text=True)
+    assert before.returncode != 0 and "No module named 'podracer'" in before.stderr
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(site), str(wheel)], check=True)
+    code = [_text(c) for c in _cells(student) if c["cell_type"] == "code"][:3]  # Colab cell, imports, prices
+    script = "\n".join(TransformerManager().transform_cell(c) for c in code)
+    script += ("\nimport podracer, finance\nprint('FROM', podracer.__file__, finance.__file__)\n"
+               "print('SHAPE', prices.shape)\n")
+    done = subprocess.run([python, "-c", script], cwd=classroom, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PODRACER_SIZE": "smoke",
+                               "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    where = done.stdout.split("FROM", 1)[1].split()
+    assert all(str(site) in w for w in where[:2]), where  # the wheel's copy, not this checkout
+    assert "SHAPE (4781, 20)" in done.stdout, done.stdout  # 2004-2022 closes of the bundled 20 stocks
+    for anchor in re.findall(r"\]\((GLOSSARY\.md)#", "".join(_text(c) for c in _cells(student))):
+        assert (classroom / anchor).is_file()

@@ -404,6 +404,36 @@ def test_the_foundations_lesson_is_tagged_for_slides():
     assert None not in kinds and kinds[0] == "slide" and kinds.count("slide") >= 8 and "skip" in kinds
 
 
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.name)
+def test_no_slide_holds_a_wall_of_text(path):
+    """As make slides cuts them: no slide holds 5,000 characters (13 had slides of 5,700, 02 of 8,700)."""
+    import nbformat
+
+    from podracer.course import split_long_slides, tag_slides
+
+    notebook = split_long_slides(tag_slides(nbformat.read(path, as_version=4)))
+    slides, held = [], 0
+    for cell in notebook.cells:
+        kind = cell.metadata["slideshow"]["slide_type"]
+        if kind in ("slide", "subslide"):
+            slides.append(held)
+            held = 0
+        held += 0 if kind in ("skip", "notes") else len(cell.source)
+    assert max([*slides, held]) < 5_000
+
+
+def test_split_long_slides_keeps_a_lecturers_tags_and_starts_sub_slides_where_text_piles_up():
+    import nbformat
+
+    from podracer.course import split_long_slides
+
+    cells = [nbformat.v4.new_markdown_cell("## a\n" + "x" * 2000, metadata={"slideshow": {"slide_type": "slide"}}),
+             *[nbformat.v4.new_markdown_cell("y" * 1500, metadata={"slideshow": {"slide_type": "-"}}) for _ in range(3)],
+             nbformat.v4.new_markdown_cell("## b", metadata={"slideshow": {"slide_type": "slide"}})]
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in split_long_slides(nbformat.v4.new_notebook(cells=cells)).cells]
+    assert kinds == ["slide", "subslide", "-", "subslide", "slide"]  # 2,004 + 1,500 > 3,500: a sub-slide
+
+
 def test_build_slides_writes_reveal_html(tmp_path):
     import nbformat
 

@@ -112,8 +112,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "colab_cell", "check", "check_function",
-           "check_value", "hidden", "is_unanswered", "notebook_client", "record_answer", "results", "run_lesson",
-           "same_as", "set_strict", "where"]
+           "check_value", "hidden", "install_requirement", "is_unanswered", "notebook_client", "record_answer",
+           "results", "run_lesson", "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
 STRICT_ENV = "PODRACER_STRICT_CHECKS"  # "1": a wrong answer raises ExerciseFailed
@@ -128,15 +128,28 @@ HASH_ITERATIONS = 50_000  # PBKDF2 rounds per candidate: ~15 ms a check, minutes
 # [finance], not [course]: Colab brings its own Jupyter, matplotlib and ipywidgets, and the Jupyter
 # packages in [course] (jupyterlab pulls in newer ipykernel, jupyter_server) would replace the ones
 # Colab's runtime is built on. Its CUDA build of torch satisfies torch>=2.2 and stays (docs/colab.md).
-def colab_cell(extras: str = "finance") -> str:
+def install_requirement(extras: str = "finance", install: str = "podracer-rl") -> str:
+    """What pip installs for a lesson: ``install`` with ``extras``. ``install`` is a package name
+    (``"podracer-rl"``: ``podracer-rl[finance]``) or where the package is, a wheel's URL or path or a
+    ``git+`` URL (``podracer-rl[finance] @ https://.../podracer_rl-1.2-py3-none-any.whl``)."""
+    install = install.strip()
+    if not install or any(c in install for c in ' "\'[]'):
+        raise ValueError(f"install={install!r}: give a package name, a wheel's URL or a git+ URL")
+    if "/" in install or install.endswith(".whl"):
+        return f"podracer-rl[{extras}] @ {install}"
+    return f"{install}[{extras}]"
+
+
+def colab_cell(extras: str = "finance", install: str = "podracer-rl") -> str:
     """The Colab install cell for ``podracer-rl[extras]`` (``"finance,cluster"`` for a lesson that
-    starts Ray, ``"finance,locomotion"`` for MuJoCo)."""
+    starts Ray, ``"finance,locomotion"`` for MuJoCo); ``install`` says where from
+    (:func:`install_requirement`; the release fills it from ``notebooks/source/hosted.yaml``)."""
     return f'''\
 # On Google Colab, install the course first (about a minute, once per session); elsewhere this does nothing.
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install --quiet "podracer-rl[{extras}]"\
+    %pip install --quiet "{install_requirement(extras, install)}"\
 '''
 
 
@@ -692,6 +705,27 @@ def tag_slides(notebook: Any) -> Any:
     return notebook
 
 
+SLIDE_CHARACTERS = 3_500  # what a slide holds at most, source text (reveal.js scrolls; a lecturer should not)
+
+
+def split_long_slides(notebook: Any, limit: int = SLIDE_CHARACTERS) -> Any:
+    """Start a sub-slide (reveal.js: down) at the cell that would take a slide past ``limit``
+    characters of source, so no slide holds a wall of text; cells a lecturer tagged ``slide`` or
+    ``subslide`` keep their tag, and a slide's first cell is never moved. Call after :func:`tag_slides`."""
+    held = 0
+    for cell in notebook.cells:
+        kind = cell.metadata.get("slideshow", {}).get("slide_type", "-")
+        if kind in ("skip", "notes"):
+            continue
+        if kind in ("slide", "subslide"):
+            held = 0
+        elif held and held + len(cell.source) > limit:
+            cell.metadata["slideshow"] = {"slide_type": "subslide"}
+            held = 0
+        held += len(cell.source)
+    return notebook
+
+
 def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "build/slides",
                  execute: bool = False, reveal_prefix: str | None = None) -> list[Path]:
     """reveal.js slides (one HTML file per notebook) in ``out``; ``execute`` runs each notebook
@@ -703,7 +737,7 @@ def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "b
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in map(Path, paths):
-        notebook = tag_slides(nbformat.read(path, as_version=4))
+        notebook = split_long_slides(tag_slides(nbformat.read(path, as_version=4)))
         if execute:
             # nbconvert's ExecutePreprocessor is this client, with nbclient's Output widget (notebook_client)
             notebook_client(notebook, timeout=1800, resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -736,6 +770,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     release.add_argument("--out", default="build/course")
     release.add_argument("--update-lessons", action="store_true",
                          help="also write the student notebooks over notebooks/NN_*.ipynb (after editing a source)")
+    release.add_argument("--bundle", action="store_true", help="also build the wheel into OUT/bundle/ (for Colab)")
+    for name, what in (("repository", "GitHub owner/name the Colab badges open"), ("ref", "branch or tag they open"),
+                       ("install", "what the first cell installs: a package name, a wheel URL or a git+ URL")):
+        release.add_argument(f"--{name}", default=None, help=f"{what} (default: notebooks/source/hosted.yaml)")
     grade = sub.add_parser("grade", help="grade submitted notebooks with a lesson's autograder (otter run, no Docker)")
     grade.add_argument("autograder", help="build/course/autograder/NN_name.zip")
     grade.add_argument("submissions", nargs="+", help="the students' .ipynb files")
@@ -746,7 +784,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "release":
         from podracer.course.release import build_release
 
-        out = build_release(args.out, args.sources or None, update_lessons=args.update_lessons)
+        from podracer.course.release import hosted_settings
+
+        try:
+            hosted = hosted_settings(repository=args.repository, ref=args.ref, install=args.install)
+        except ValueError as exc:
+            parser.error(str(exc))
+        out = build_release(args.out, args.sources or None, update_lessons=args.update_lessons, hosted=hosted,
+                            bundle=args.bundle)
         print(f"student notebooks: {out / 'student'}\nautograders: {out / 'autograder'}\n"
               f"TA release (solutions, RUBRIC.md): {out / 'ta'}")
     else:

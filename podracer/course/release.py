@@ -40,7 +40,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "build_release", "grade", "lesson_sources", "student_notebook"]
+__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "build_bundle", "build_release", "grade", "hosted_settings",
+           "lesson_sources", "student_notebook"]
 
 SOURCE_ONLY_TAG = "source-only"  # a cell the sources run in CI and no release holds
 PLUGIN = "podracer.course.otter_plugin.LockedCells"
@@ -63,22 +64,55 @@ def lesson_sources(folder: str | os.PathLike = NOTEBOOKS / "source") -> list[Pat
     return sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
 
 
-def _otter_master(source: Path) -> dict:
-    """The source as otter assign reads it: its config cell first, source-only cells left out, and
-    links to the glossary as they will be beside it."""
+HOSTED = NOTEBOOKS / "source" / "hosted.yaml"
+BADGE = re.compile(r"(https://colab\.research\.google\.com/github/)[^/\s)]+/[^/\s)]+/blob/[^/\s)]+/notebooks/")
+EXTRAS = re.compile(r'"podracer-rl\[([a-z,]+)\]')
+
+
+def hosted_settings(path: str | os.PathLike = HOSTED, **override: str | None) -> dict[str, str]:
+    """The hosted-notebook setting (``notebooks/source/hosted.yaml``: ``repository``, ``ref``,
+    ``install``), with any of them given as keywords instead; each is checked."""
+    import yaml
+
+    settings = yaml.safe_load(Path(path).read_text()) or {}
+    settings.update({k: v for k, v in override.items() if v is not None})
+    unknown = set(settings) - {"repository", "ref", "install"}
+    if unknown:
+        raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; the settings are repository, ref and install")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", str(settings.get("repository", ""))):
+        raise ValueError(f"{path}: repository must be a GitHub owner/name, got {settings.get('repository')!r}")
+    if not re.fullmatch(r"[\w./-]+", str(settings.get("ref", ""))):
+        raise ValueError(f"{path}: ref must be a branch or tag name, got {settings.get('ref')!r}")
+    from podracer.course import install_requirement
+
+    install_requirement("finance", str(settings.get("install", "")))  # raises on a malformed one
+    return {k: str(settings[k]) for k in ("repository", "ref", "install")}
+
+
+def _otter_master(source: Path, hosted: dict[str, str] | None = None) -> dict:
+    """The source as otter assign reads it: its config cell first, source-only cells left out,
+    links to the glossary as they will be beside it, and the Colab badge and install cell from the
+    hosted setting."""
+    from podracer.course import colab_cell
+
+    hosted = hosted or hosted_settings()
     notebook = json.loads(source.read_text())
     cells = [c for c in notebook["cells"] if SOURCE_ONLY_TAG not in c.get("metadata", {}).get("tags", [])]
     config = "# ASSIGNMENT CONFIG\n" + json.dumps({"name": source.stem, **ASSIGNMENT_CONFIG}, indent=1)
     cells.insert(0, {"cell_type": "raw", "metadata": {}, "source": config, "id": "assignment-config"})
     for cell in cells:
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "markdown":
-            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            cell["source"] = text.replace("](../GLOSSARY.md", "](GLOSSARY.md")
+            text = text.replace("](../GLOSSARY.md", "](GLOSSARY.md")
+            text = BADGE.sub(rf"\g<1>{hosted['repository']}/blob/{hosted['ref']}/notebooks/", text)
+        elif cell["cell_type"] == "code" and "google.colab" in text and EXTRAS.search(text):
+            text = colab_cell(EXTRAS.search(text).group(1), hosted["install"])
+        cell["source"] = text
     notebook["cells"] = cells
     return notebook
 
 
-def _assign(source: Path, work: Path) -> Path:
+def _assign(source: Path, work: Path, hosted: dict[str, str] | None = None) -> Path:
     """``otter assign`` of one source into ``work``; returns the folder it wrote."""
     try:
         from otter.assign import main as otter_assign
@@ -87,7 +121,7 @@ def _assign(source: Path, work: Path) -> Path:
                           "(make install has it)") from exc
     master = work / "master" / source.name
     master.parent.mkdir(parents=True, exist_ok=True)
-    master.write_text(json.dumps(_otter_master(source), indent=1))
+    master.write_text(json.dumps(_otter_master(source, hosted), indent=1))
     dist = work / "dist"
     with contextlib.redirect_stdout(io.StringIO()) as said:  # otter prints its progress
         try:
@@ -161,12 +195,31 @@ def _patch_autograder(zip_path: Path, student: dict, target: Path) -> None:
             new.writestr(item.filename, data)
 
 
-def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str | os.PathLike] | None = None,
-                  glossary: str | os.PathLike = NOTEBOOKS / "GLOSSARY.md", update_lessons: bool = False) -> Path:
-    """Build ``out/student``, ``out/autograder`` and ``out/ta`` from the lessons' sources (all of
-    them by default). ``update_lessons`` also writes the student notebooks over ``notebooks/``
-    (what a change to a source needs before it is committed). Returns ``out``."""
+def build_bundle(out: str | os.PathLike = "build/course/bundle") -> Path:
+    """The release bundle: this checkout's wheel (the packages with their data: the bundled prices,
+    the presets), which a hosted notebook's first cell can install from a URL. Built offline
+    (``pip wheel --no-deps --no-build-isolation``). Returns the wheel's path."""
     out = Path(out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--wheel-dir", str(out), str(NOTEBOOKS.parent)], capture_output=True, text=True)
+    wheels = list(out.glob("podracer_rl-*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        raise RuntimeError(f"building the wheel failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return wheels[0]
+
+
+def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str | os.PathLike] | None = None,
+                  glossary: str | os.PathLike = NOTEBOOKS / "GLOSSARY.md", update_lessons: bool = False,
+                  hosted: dict[str, str] | None = None, bundle: bool = False) -> Path:
+    """Build ``out/student``, ``out/autograder`` and ``out/ta`` from the lessons' sources (all of
+    them by default), the Colab badges and first cells from ``hosted`` (default:
+    :func:`hosted_settings`); ``bundle`` also builds the wheel into ``out/bundle``.
+    ``update_lessons`` also writes the student notebooks over ``notebooks/`` (what a change to a
+    source needs before it is committed). Returns ``out``."""
+    out = Path(out)
+    hosted = hosted or hosted_settings()
     paths = [Path(s) for s in sources] if sources is not None else lesson_sources()
     if not paths:
         raise FileNotFoundError("no lesson sources (notebooks/source/NN_name.ipynb) to release")
@@ -177,7 +230,7 @@ def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str
               "Points per question as in the autograders; each hidden test is an equal share of its question.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         for source in paths:
-            dist = _assign(source, Path(tmp) / source.stem)
+            dist = _assign(source, Path(tmp) / source.stem, hosted)
             student = _clean(json.loads((dist / "student" / source.name).read_text()), source)
             (out / "student" / source.name).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
             if update_lessons:
@@ -191,6 +244,8 @@ def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str
     (out / "ta" / "RUBRIC.md").write_text("\n".join(rubric) + "\n")
     for folder in ("student", "ta"):
         shutil.copy(glossary, out / folder / "GLOSSARY.md")
+    if bundle:
+        print(f"bundle: {build_bundle(out / 'bundle')}")
     return out
 
 
