@@ -202,7 +202,8 @@ def test_grading_lesson_00_full_marks_nothing_partial_and_tampering_changes_noth
         3: "def soft_q_target(rewards, terminated, next_q, next_logprob, alpha, gamma):\n"
            "    return td_target(rewards, terminated, next_q.min(dim=0).values - alpha * next_logprob, gamma)",
         4: "import finance\nimport podracer.course.grading as g\ng.expect_function = lambda *a, **k: None\n\n\n"
-           "def psr(returns, benchmark_sharpe):\n    return finance.probabilistic_sharpe_ratio(returns, benchmark_sharpe)",
+           "def psr(returns, benchmark_sharpe):\n"
+           "    return finance.probabilistic_sharpe_ratio(returns, benchmark_sharpe)",
     }
     submissions = [submit("worked", {i: solutions[cid] for i, cid in enumerate(ids)}),
                    submit("blank_tampering", {}, tamper),
@@ -282,3 +283,13 @@ def test_the_bundle_runs_a_student_lesson_where_only_a_hosted_service_s_packages
     assert "SHAPE (4781, 20)" in done.stdout, done.stdout  # 2004-2022 closes of the bundled 20 stocks
     for anchor in re.findall(r"\]\((GLOSSARY\.md)#", "".join(_text(c) for c in _cells(student))):
         assert (classroom / anchor).is_file()
+
+
+def test_a_submission_that_is_no_notebook_is_that_students_row_not_the_end_of_grading(release, tmp_path):
+    from podracer.course.release import grade
+
+    broken = tmp_path / "carol_00.ipynb"
+    broken.write_text("not json")
+    (row,) = grade(release / "autograder" / "00_foundations.zip", [broken], tmp_path / "grades")
+    assert row["total"] == 0 and "cannot be read as a notebook" in row["notes"] and "again" in row["notes"]
+    assert "carol_00.ipynb" in (tmp_path / "grades" / "grades.csv").read_text()

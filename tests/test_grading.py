@@ -427,10 +427,12 @@ def test_split_long_slides_keeps_a_lecturers_tags_and_starts_sub_slides_where_te
 
     from podracer.course import split_long_slides
 
-    cells = [nbformat.v4.new_markdown_cell("## a\n" + "x" * 2000, metadata={"slideshow": {"slide_type": "slide"}}),
-             *[nbformat.v4.new_markdown_cell("y" * 1500, metadata={"slideshow": {"slide_type": "-"}}) for _ in range(3)],
-             nbformat.v4.new_markdown_cell("## b", metadata={"slideshow": {"slide_type": "slide"}})]
-    kinds = [c.metadata["slideshow"]["slide_type"] for c in split_long_slides(nbformat.v4.new_notebook(cells=cells)).cells]
+    def cell(text: str, kind: str):
+        return nbformat.v4.new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}})
+
+    cells = [cell("## a\n" + "x" * 2000, "slide"), *[cell("y" * 1500, "-") for _ in range(3)], cell("## b", "slide")]
+    notebook = split_long_slides(nbformat.v4.new_notebook(cells=cells))
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in notebook.cells]
     assert kinds == ["slide", "subslide", "-", "subslide", "slide"]  # 2,004 + 1,500 > 3,500: a sub-slide
 
 

@@ -753,7 +753,7 @@ def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m podracer.course slides|release|grade ...`` (``make slides``, ``make course``)."""
+    """``python -m podracer.course slides|release|grade|times ...`` (``make slides``, ``make course``)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m podracer.course", description=__doc__.splitlines()[0])
@@ -778,8 +778,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     grade.add_argument("autograder", help="build/course/autograder/NN_name.zip")
     grade.add_argument("submissions", nargs="+", help="the students' .ipynb files")
     grade.add_argument("--out", default="build/grades", help="folder for grades.csv and otter's results")
+    times = sub.add_parser("times", help="run each lesson at a size and record its time in notebooks/source/times.yaml")
+    times.add_argument("sources", nargs="*", help="lesson sources (default: every notebooks/source/NN_*.ipynb)")
+    times.add_argument("--size", default="full", choices=("smoke", "full"))
     args = parser.parse_args(argv)
-    if args.command == "slides":
+    if args.command == "times":
+        from podracer.course.release import measure_times
+
+        measure_times(args.sources or None, size=args.size)
+    elif args.command == "slides":
         build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix)
     elif args.command == "release":
         from podracer.course.release import build_release

@@ -40,8 +40,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "build_bundle", "build_release", "grade", "hosted_settings",
-           "lesson_sources", "student_notebook"]
+__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "TIMES", "build_bundle", "build_release", "grade",
+           "hosted_settings", "lesson_sources", "measure_times"]
 
 SOURCE_ONLY_TAG = "source-only"  # a cell the sources run in CI and no release holds
 PLUGIN = "podracer.course.otter_plugin.LockedCells"
@@ -137,8 +137,11 @@ def _clean(notebook: dict, source: Path) -> dict:
     original = {c.get("id"): c.get("metadata", {}) for c in json.loads(source.read_text())["cells"]}
     # A solution block after a check (what the worked answer prints once checked) leaves an empty
     # answer cell in the student's notebook: not a place to answer, so it goes.
-    notebook["cells"] = [c for c in notebook["cells"] if not (
-        c["cell_type"] == "code" and "otter_answer_cell" in c["metadata"].get("tags", []) and not "".join(c["source"]).strip())]
+    def empty_answer(cell: dict) -> bool:
+        tags = cell["metadata"].get("tags", [])
+        return cell["cell_type"] == "code" and "otter_answer_cell" in tags and not "".join(cell["source"]).strip()
+
+    notebook["cells"] = [c for c in notebook["cells"] if not empty_answer(c)]
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
@@ -146,13 +149,6 @@ def _clean(notebook: dict, source: Path) -> dict:
         tags = [*kept.get("tags", []), *(t for t in cell["metadata"].get("tags", []) if t not in kept.get("tags", []))]
         cell["metadata"] = {**kept, **cell["metadata"], **({"tags": tags} if tags else {})}
     return notebook
-
-
-def student_notebook(source: str | os.PathLike, work: str | os.PathLike | None = None) -> dict:
-    """The student's notebook that the release builds from ``source`` (as a JSON dict)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        dist = _assign(Path(source), Path(work or tmp))
-        return _clean(json.loads((dist / "student" / Path(source).name).read_text()), Path(source))
 
 
 def _rubric(source: Path) -> str:
@@ -174,7 +170,8 @@ def _rubric(source: Path) -> str:
         elif question and cell["cell_type"] == "markdown" and text.startswith("### "):
             lines += [text.splitlines()[0].lstrip("# "), ""]
         elif question and in_tests and cell["cell_type"] == "code":
-            body = "\n".join(l for l in text.splitlines() if not l.startswith(("# HIDDEN", "from podracer.course.grading")))
+            boiler = ("# HIDDEN", "from podracer.course.grading")
+            body = "\n".join(line for line in text.splitlines() if not line.startswith(boiler))
             lines += ["```python", body.strip(), "```", ""]
         elif question and in_solution and cell["cell_type"] == "markdown":
             lines += ["Prose to mark by hand (the model answer; full marks for the idea, not the wording):", "",
@@ -256,8 +253,18 @@ def grade(autograder: str | os.PathLike, submissions: Sequence[str | os.PathLike
     notes). Returns the rows."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    import nbformat
+
     rows = []
     for submission in map(Path, submissions):
+        # One unreadable hand-in is that student's row, not the end of the class's grading.
+        try:
+            nbformat.read(submission, as_version=4)
+        except Exception as exc:
+            rows.append({"submission": submission.name, "total": 0.0, "possible": float("nan"),
+                         "notes": f"not graded: {submission.name} cannot be read as a notebook ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0][:120]}); ask for the .ipynb file again"})
+            continue
         target = out / submission.stem
         target.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([sys.executable, "-m", "otter", "run", "-a", str(Path(autograder).resolve()),
@@ -265,8 +272,11 @@ def grade(autograder: str | os.PathLike, submissions: Sequence[str | os.PathLike
                               capture_output=True, text=True, cwd=submission.resolve().parent)
         results = target / "results.json"
         if not results.exists():
-            raise RuntimeError(f"otter run wrote no results for {submission}:\n{done.stdout[-3000:]}\n"
-                               f"{done.stderr[-3000:]}")
+            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+            rows.append({"submission": submission.name, "total": 0.0, "possible": float("nan"),
+                         "notes": f"not graded: otter run failed ({last[:160]}); its output is in {target}"})
+            (target / "otter.log").write_text(done.stdout + "\n" + done.stderr)
+            continue
         tests = json.loads(results.read_text())["tests"]
         row = {"submission": submission.name}
         for test in tests:
@@ -284,3 +294,47 @@ def grade(autograder: str | os.PathLike, submissions: Sequence[str | os.PathLike
         writer.writeheader()
         writer.writerows(rows)
     return rows
+
+
+TIMES = NOTEBOOKS / "source" / "times.yaml"  # the one measured table the syllabus, README and headers quote
+
+
+def measure_times(sources: Iterable[str | os.PathLike] | None = None, size: str = "full",
+                  out: str | os.PathLike | None = TIMES) -> dict:
+    """Run each lesson's source top to bottom at ``size``, one at a time as a student would, and
+    record the seconds each took, with the date, the machine's cores and its load average, in
+    ``out`` (``notebooks/source/times.yaml``, the one table the syllabus, the README and the
+    lessons' headers quote; a test checks they agree with it). Returns the table."""
+    import datetime
+    import time
+
+    import nbformat
+    import yaml
+
+    from podracer.course import notebook_client
+
+    paths = [Path(s) for s in sources] if sources is not None else lesson_sources()
+    table: dict = {"size": size, "date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
+                   "torch_threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None, "seconds": {}, "load": {}}
+    if out is not None and Path(out).exists():
+        old = yaml.safe_load(Path(out).read_text()) or {}
+        if old.get("size") == size:
+            table["seconds"], table["load"] = old.get("seconds", {}), old.get("load", {})
+    previous = os.environ.get("PODRACER_SIZE")
+    os.environ["PODRACER_SIZE"] = size
+    try:
+        for path in paths:
+            notebook = nbformat.read(path, as_version=4)
+            start = time.perf_counter()
+            notebook_client(notebook, timeout=3600, resources={"metadata": {"path": str(path.parent)}}).execute()
+            table["seconds"][path.stem] = round(time.perf_counter() - start, 1)
+            table["load"][path.stem] = round(os.getloadavg()[0], 1)
+            print(f"{path.stem}: {table['seconds'][path.stem]:.0f} s (load {table['load'][path.stem]})", flush=True)
+            if out is not None:  # after each lesson: an interrupted run keeps what it measured
+                Path(out).write_text(yaml.safe_dump(table, sort_keys=False))
+    finally:
+        if previous is None:
+            os.environ.pop("PODRACER_SIZE", None)
+        else:
+            os.environ["PODRACER_SIZE"] = previous
+    return table
