@@ -278,8 +278,10 @@ def test_check_value_finds_the_answers_file(tmp_path, monkeypatch, capsys):
     result = check_value("1", -0.5, lesson="07_x")
     assert result.status == "unchecked" and not result
     assert "its value is not checked here" in capsys.readouterr().out
-    assert check_value("1", "minus a half", lesson="07_x").status == "unchecked"  # a string is a kind of answer
-    assert check_value("1", [1, 2], lesson="07_x").status == "wrong"  # a list is not a number
+    assert check_value("1", "minus a half", lesson="07_x").status == "wrong"  # a number was asked for
+    assert check_value("1", [1, 2], lesson="07_x").status == "wrong"  # a list is not a number either
+    assert check_value("1", "momentum", lesson="07_x", text=True).status == "unchecked"
+    assert check_value("1", 3.0, lesson="07_x", text=True).status == "wrong"
     set_strict(True, require_answers=True)  # a source checks its worked value with its hidden test, not here
     assert check_value("1", -0.5, lesson="07_x").status == "unchecked"
     set_strict(None)

@@ -24,14 +24,17 @@ and runs the cell after it, which checks it. Three checks, one behaviour:
 
         check_function("2", compute_gae, ppo.compute_gae, make_rollout, hints=["...", "..."])
 
-``check_value(exercise, answer, *, lesson, answers=None, ...)``
-    A number (or string) against an expected value the notebook never holds: ``answers.json``
-    keeps, for ``"<lesson>/<exercise>"``, a salted, slow hash (PBKDF2-SHA256) of the value
-    rounded to its ``digits`` decimals, so a reader cannot read the answer off the source. A
-    number is right when it rounds to the expected value give or take one in the last decimal.
-    The file is found at ``answers=``, else ``$PODRACER_ANSWERS``, else the first
-    ``answers.json`` in the working directory or its parents (``notebooks/answers.json`` from a
-    lesson and from ``notebooks/solutions/``)::
+``check_value(exercise, answer, *, lesson, answers=None, text=False, ...)``
+    A number (or a string, ``text=True``) whose expected value the notebook never holds. The
+    course's lessons ship no expected values: there it checks the kind of answer (status
+    ``"unchecked"``) and the autograder marks the value (:mod:`podracer.course.release`). For
+    self-study material of your own, an answers file can hold, for ``"<lesson>/<exercise>"``, a
+    salted, slow hash (PBKDF2-SHA256) of the value rounded to its ``digits`` decimals
+    (:func:`record_answer`); a number is then right when it rounds to the expected value give or
+    take one in the last decimal. Hashes keep a value out of sight, not secret: a value known to
+    three decimals in a known range falls to trying them all. The file is found at ``answers=``,
+    else ``$PODRACER_ANSWERS``, else the first ``answers.json`` in the working directory or its
+    parents::
 
         check_value("1", v_star, lesson="00_foundations", hints=["run value iteration with gamma=0.5"])
 
@@ -45,39 +48,28 @@ What every check does:
   exercise, what was wrong and the hints revealed so far, in red, and Run All goes on. Right:
   ``✓`` and the ``success`` line, in green (``NO_COLOR=1`` turns colours off).
 - **Returns a** :class:`CheckResult`: true when right (``if check(...)``, ``assert check(...)``),
-  with ``.status`` ``"ok"``, ``"wrong"`` or ``"unanswered"``; it displays nothing in a notebook,
-  so no stray ``True``/``False`` appears under the check's message. :func:`results` gives the
-  latest status of every exercise checked in the kernel, for a grader.
+  with ``.status`` ``"ok"``, ``"wrong"``, ``"unanswered"`` or ``"unchecked"`` (a value no file
+  here can check); it displays nothing in a notebook, so no stray ``True``/``False`` appears under
+  the check's message. :func:`results` gives the latest status of every exercise checked in the
+  kernel, for the student's own overview: marks come from the autograder, never from it.
 - **Tiered hints.** ``hint`` is shown on every wrong try; ``hints=[...]`` (or a list passed as
   ``hint``) are revealed one more per wrong try of the same exercise in this kernel.
 - **Strict mode** raises :class:`ExerciseFailed` (an ``AssertionError``) on a wrong answer, for CI
   and graders: ``check(..., strict=True)``, ``set_strict(True)`` or ``PODRACER_STRICT_CHECKS=1``.
-  :func:`run_lesson`, which every solutions notebook starts with, turns on strict mode *and*
-  requires answers once the lesson has run: in a solutions notebook a wrong, unanswered or
-  uncheckable (no answers file) exercise fails the run.
+  ``set_strict(True, require_answers=True)``, which every lesson's source runs first (a cell the
+  releases leave out), also fails an unanswered exercise: a wrong worked answer fails CI.
 
 Converting an exercise: keep the answer cell (``name = ...  # your answer``); in the check cell,
 call one of the three with the exercise's number as a string first (the course's tests match the
-lesson's check cells with the solution's by that string) and move a ``<details>`` hint into
-``hints=[...]`` from the vaguest to the most explicit. For a hidden value, record it (below) and
-call ``check_value``; the solution's cell is the same call with the worked answer above it.
+lesson's checks with its hidden tests by that string) and move a ``<details>`` hint into
+``hints=[...]`` from the vaguest to the most explicit, the last still short of the answer line.
 
-Recording hidden answers (lecturer)::
-
-    from podracer.course import record_answer
-    record_answer("00_foundations/1", 4.25, digits=3)  # writes/updates notebooks/answers.json
-
-``answers.json`` holds only salts and hashes, so it ships with the lessons: a student release is
-``notebooks/*.ipynb``, ``GLOSSARY.md`` and ``answers.json``, without ``notebooks/solutions/``
-(``docs/syllabus.md``, "Releasing a term"). Hashes keep answers out of sight, not secret: a value
-known to three decimals in a known range can be found by trying them all (the slow hash makes
-that take minutes, not milliseconds). For marks, execute the handed-in notebook yourself and read
-:func:`results` (``docs/syllabus.md``, "Marking").
-
-The worked answers live in ``notebooks/solutions/``, one notebook per lesson, which starts with
-``run_lesson("../NN_name.ipynb")`` and then answers each exercise. CI runs the solutions, and
-through them every lesson, once (the repository's conftest.py leaves out a lesson its solution
-runs), so every lesson runs top to bottom and every check is shown to pass on a real answer.
+Each lesson's one source, ``notebooks/source/NN_name.ipynb``, holds the lesson with its worked
+answers and, per exercise, hidden tests (:mod:`podracer.course.grading`); the release step builds
+the students' notebooks, the autograders and a TA release from it (:mod:`podracer.course.release`,
+``make course``). CI runs every source once, top to bottom, with its practice checks strict and its
+hidden tests asserted, so every check is shown to pass on a real answer. (:func:`run_lesson`, which
+runs a lesson's cells in the current kernel, stays for notebooks of your own that answer another.)
 
 Also here: :func:`where` (the file and line that define a function, for "the library does the same
 at ..." pointers that stay right when the file changes); :data:`COLAB_CELL`, the code cell that
@@ -188,7 +180,8 @@ _results: dict[str, str] = {}  # the latest status of each exercise checked in t
 
 def results() -> dict[str, str]:
     """The latest status of every exercise checked in this kernel, ``{"1": "ok", "2": "wrong", ...}``:
-    for a grader, as the last cell of an executed student notebook (``docs/syllabus.md``)."""
+    a student's overview of their practice. Not a grade: any cell can change it. Marks come from the
+    autograder, which reruns the notebook from the release (``docs/syllabus.md``, "A term, step by step")."""
     return dict(_results)
 
 
@@ -508,19 +501,21 @@ class hidden:  # noqa: N801 (used like a function: check("1", v, hidden("00_foun
     """A condition for :func:`check`: the answer matches the value recorded for ``key`` in the
     answers file (see :func:`check_value`)."""
 
-    def __init__(self, key: str, answers: str | os.PathLike | None = None):
-        self.key, self.answers = key, answers
+    def __init__(self, key: str, answers: str | os.PathLike | None = None, text: bool = False):
+        self.key, self.answers, self.text = key, answers, text
 
     def evaluate(self, answer: Any) -> tuple[bool | None, str]:
         path = _find_answers(self.answers)
         if path is None and self.answers is None:
             # The course's releases hold no expected values: the format is checked here, the value
             # by the autograder's hidden tests (podracer.course.release).
-            if not isinstance(answer, str) and _canonical(answer, 3) is None:
+            if self.text and not isinstance(answer, str):
+                return False, f"expected text (a str), got {_short(answer, 80)}"
+            if not self.text and (isinstance(answer, str) or _canonical(answer, 3) is None):
                 return False, f"expected a number, got {_short(answer, 80)}"
-            return UNCHECKED, (f"your answer, {_short(answer, 40)}, is of the kind asked for; its value is not "
-                               f"checked here (this notebook holds no expected values): the course's autograder "
-                               f"marks it, and the worked answer is in the lesson's source.")
+            kind = "text" if self.text else "a number"
+            return UNCHECKED, (f"your answer, {_short(answer, 40)}, is {kind}, as asked; its value is not checked "
+                               f"here (this notebook holds no expected values): the course's autograder marks it.")
         if not path.is_file():
             return None, f"it cannot be checked here: the answers file {path} does not exist."
         data = _read_answers(path)
@@ -544,12 +539,15 @@ class hidden:  # noqa: N801 (used like a function: check("1", v, hidden("00_foun
 
 
 def check_value(exercise: str, answer: Any, *, lesson: str, answers: str | os.PathLike | None = None,
-                hint: str = "", hints: Sequence[str] = (), success: str = "",
+                hint: str = "", hints: Sequence[str] = (), success: str = "", text: bool = False,
                 strict: bool | None = None) -> CheckResult:
-    """Check a number (or string) against the value recorded for ``"<lesson>/<exercise>"`` in the
-    answers file, which the notebook never shows. A missing file or entry is reported as "cannot
-    be checked here" (an error only in a solutions notebook)."""
-    return check(exercise, answer, hidden(f"{lesson}/{exercise}", answers), hint, success, hints=hints, strict=strict)
+    """Check a number (or, with ``text=True``, a string) against the value recorded for
+    ``"<lesson>/<exercise>"`` in an answers file, which the notebook never shows. Without an
+    answers file (the course's releases ship none: the autograder holds the values) only the kind
+    of answer is checked, and the result's status is ``"unchecked"``. A file without the entry is
+    reported as "cannot be checked here"."""
+    condition = hidden(f"{lesson}/{exercise}", answers, text=text)
+    return check(exercise, answer, condition, hint, success, hints=hints, strict=strict)
 
 
 def record_answer(key: str, value: Any, digits: int = 3, path: str | os.PathLike = "notebooks/answers.json") -> None:
