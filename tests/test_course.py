@@ -427,3 +427,46 @@ def test_notebook_client_does_not_wait_out_the_timeout_after_an_output_widget(mo
     assert len(took) == 5 and max(took) < 10, f"cells waited out the 15 s timeout: {[round(t, 1) for t in took]}"
     outputs = [state.get("outputs") for state in client.widget_state.values() if "outputs" in state]
     assert outputs == [[{"output_type": "display_data", "metadata": {}, "data": {"text/plain": "drawn"}}]] * 5
+
+
+# ---------------------------------------------------------------------------- one table of times
+def _times() -> dict:
+    import yaml
+
+    return yaml.safe_load((SOURCES / "times.yaml").read_text())
+
+
+def test_the_lessons_times_are_measured_at_the_learning_size_for_every_lesson():
+    times = _times()
+    assert times["size"] == "full" and set(times["seconds"]) == {p.stem for p in LESSONS}
+    assert all(seconds > 0 for seconds in times["seconds"].values())
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_each_lesson_s_header_states_its_measured_time(path):
+    from podracer.course.release import lesson_time
+
+    header = "".join(cells(SOURCES / path.name)[0]["source"])
+    stated = lesson_time(_times()["seconds"][path.stem])
+    assert f"**Time:** about {stated}" in header, (
+        f"{path.name}: the header should say '**Time:** about {stated}' (notebooks/source/times.yaml; "
+        f"`python -m podracer.course times` measures them again)")
+
+
+def test_the_readme_and_the_syllabus_quote_the_measured_times():
+    from podracer.course.release import clock, lesson_time
+
+    seconds = _times()["seconds"]
+    readme = (NOTEBOOKS.parent / "README.md").read_text()
+    for stem, value in seconds.items():
+        row = re.search(rf"^\| `{stem}` \|.*\| ([^|]+) \| [^|]+ \|$", readme, flags=re.M)
+        assert row and row.group(1).strip() == clock(value), f"README's row for {stem}: full should be {clock(value)}"
+    syllabus = (NOTEBOOKS.parent / "docs" / "syllabus.md").read_text()
+    weeks = re.findall(r"^\| (\d+) \|[^|]+\|([^|]*)\|[^|]*\|[^|]*\|([^|]*)\|", syllabus, flags=re.M)
+    assert len(weeks) == 12
+    for week, lab, compute in weeks:
+        lessons = {f"{int(n):02d}" for n in re.findall(r"\b(\d\d)\b", lab)}
+        if not lessons:
+            continue
+        total = sum(v for stem, v in seconds.items() if stem[:2] in lessons)
+        assert compute.strip() == lesson_time(total), f"syllabus week {week}: compute should be {lesson_time(total)}"

@@ -40,8 +40,8 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "TIMES", "build_bundle", "build_release", "grade",
-           "hosted_settings", "lesson_sources", "measure_times"]
+__all__ = ["ASSIGNMENT_CONFIG", "SOURCE_ONLY_TAG", "TIMES", "build_bundle", "build_release", "clock", "grade",
+           "hosted_settings", "lesson_sources", "lesson_time", "measure_times"]
 
 SOURCE_ONLY_TAG = "source-only"  # a cell the sources run in CI and no release holds
 PLUGIN = "podracer.course.otter_plugin.LockedCells"
@@ -297,6 +297,22 @@ def grade(autograder: str | os.PathLike, submissions: Sequence[str | os.PathLike
 
 
 TIMES = NOTEBOOKS / "source" / "times.yaml"  # the one measured table the syllabus, README and headers quote
+
+
+def lesson_time(seconds: float) -> str:
+    """A lesson's time as the course states it in headers and the syllabus: ``"15 s"`` (to 5 s under
+    a minute), ``"1.5 min"`` (to half a minute under ten), ``"12 min"``."""
+    if seconds < 57.5:
+        return f"{max(5, 5 * round(seconds / 5))} s"
+    if seconds < 585:
+        return f"{round(seconds / 30) / 2:g} min"
+    return f"{round(seconds / 60)} min"
+
+
+def clock(seconds: float) -> str:
+    """A measured time as the README's table gives it: ``"13 s"``, ``"1 min 32 s"``."""
+    whole = round(seconds)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
 
 
 def measure_times(sources: Iterable[str | os.PathLike] | None = None, size: str = "full",
