@@ -27,6 +27,7 @@ on each source and writes three things into ``build/course/``:
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import io
 import json
@@ -59,6 +60,12 @@ ASSIGNMENT_CONFIG = {
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
+def _text(cell: dict) -> str:
+    """A cell's source as one string (a notebook's JSON may store it as a list of lines)."""
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
 def lesson_sources(folder: str | os.PathLike = NOTEBOOKS / "source") -> list[Path]:
     """The lessons' sources, ``NN_name.ipynb``, in order."""
     return sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
@@ -89,19 +96,18 @@ def hosted_settings(path: str | os.PathLike = HOSTED, **override: str | None) ->
     return {k: str(settings[k]) for k in ("repository", "ref", "install")}
 
 
-def _otter_master(source: Path, hosted: dict[str, str] | None = None) -> dict:
+def _otter_master(source: Path, notebook: dict, hosted: dict[str, str]) -> dict:
     """The source as otter assign reads it: its config cell first, source-only cells left out,
     links to the glossary as they will be beside it, and the Colab badge and install cell from the
     hosted setting."""
     from podracer.course import colab_cell
 
-    hosted = hosted or hosted_settings()
-    notebook = json.loads(source.read_text())
+    notebook = copy.deepcopy(notebook)
     cells = [c for c in notebook["cells"] if SOURCE_ONLY_TAG not in c.get("metadata", {}).get("tags", [])]
     config = "# ASSIGNMENT CONFIG\n" + json.dumps({"name": source.stem, **ASSIGNMENT_CONFIG}, indent=1)
     cells.insert(0, {"cell_type": "raw", "metadata": {}, "source": config, "id": "assignment-config"})
     for cell in cells:
-        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        text = _text(cell)
         if cell["cell_type"] == "markdown":
             text = text.replace("](../GLOSSARY.md", "](GLOSSARY.md")
             text = BADGE.sub(rf"\g<1>{hosted['repository']}/blob/{hosted['ref']}/notebooks/", text)
@@ -112,7 +118,7 @@ def _otter_master(source: Path, hosted: dict[str, str] | None = None) -> dict:
     return notebook
 
 
-def _assign(source: Path, work: Path, hosted: dict[str, str] | None = None) -> Path:
+def _assign(source: Path, notebook: dict, work: Path, hosted: dict[str, str]) -> Path:
     """``otter assign`` of one source into ``work``; returns the folder it wrote."""
     try:
         from otter.assign import main as otter_assign
@@ -121,7 +127,7 @@ def _assign(source: Path, work: Path, hosted: dict[str, str] | None = None) -> P
                           "(make install has it)") from exc
     master = work / "master" / source.name
     master.parent.mkdir(parents=True, exist_ok=True)
-    master.write_text(json.dumps(_otter_master(source, hosted), indent=1))
+    master.write_text(json.dumps(_otter_master(source, notebook, hosted), indent=1))
     dist = work / "dist"
     with contextlib.redirect_stdout(io.StringIO()) as said:  # otter prints its progress
         try:
@@ -131,10 +137,10 @@ def _assign(source: Path, work: Path, hosted: dict[str, str] | None = None) -> P
     return dist
 
 
-def _clean(notebook: dict, source: Path) -> dict:
+def _clean(notebook: dict, source_cells: list[dict]) -> dict:
     """Outputs and execution counts off; each cell's metadata from the source (its slide type, say),
     with otter's added (its answer-cell tag, which cells are locked)."""
-    original = {c.get("id"): c.get("metadata", {}) for c in json.loads(source.read_text())["cells"]}
+    original = {c.get("id"): c.get("metadata", {}) for c in source_cells}
     # A solution block after a check (what the worked answer prints once checked) leaves an empty
     # answer cell in the student's notebook: not a place to answer, so it goes.
     def empty_answer(cell: dict) -> bool:
@@ -151,13 +157,12 @@ def _clean(notebook: dict, source: Path) -> dict:
     return notebook
 
 
-def _rubric(source: Path) -> str:
+def _rubric(source: Path, cells: list[dict]) -> str:
     """One lesson's part of RUBRIC.md: each question, its points, its hidden tests and prose answers."""
-    cells = json.loads(source.read_text())["cells"]
     lines = [f"## {source.stem}", ""]
     question, in_tests, in_solution = None, False, False
     for cell in cells:
-        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        text = _text(cell)
         if cell["cell_type"] == "raw" and text.startswith("# BEGIN QUESTION"):
             meta = dict(line.split(": ", 1) for line in text.splitlines()[1:] if ": " in line)
             question = meta.get("name")
@@ -227,16 +232,17 @@ def build_release(out: str | os.PathLike = "build/course", sources: Iterable[str
               "Points per question as in the autograders; each hidden test is an equal share of its question.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         for source in paths:
-            dist = _assign(source, Path(tmp) / source.stem, hosted)
-            student = _clean(json.loads((dist / "student" / source.name).read_text()), source)
+            notebook = json.loads(source.read_text())  # read once: otter's input, the metadata, the rubric
+            dist = _assign(source, notebook, Path(tmp) / source.stem, hosted)
+            student = _clean(json.loads((dist / "student" / source.name).read_text()), notebook["cells"])
             (out / "student" / source.name).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
             if update_lessons:
                 (NOTEBOOKS / source.name).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
-            solution = _clean(json.loads((dist / "autograder" / source.name).read_text()), source)
+            solution = _clean(json.loads((dist / "autograder" / source.name).read_text()), notebook["cells"])
             (out / "ta" / source.name).write_text(json.dumps(solution, indent=1, ensure_ascii=False) + "\n")
             (zip_path,) = (dist / "autograder").glob("*.zip")
             _patch_autograder(zip_path, student, out / "autograder" / f"{source.stem}.zip")
-            rubric.append(_rubric(source))
+            rubric.append(_rubric(source, notebook["cells"]))
             print(f"released {source.stem}")
     (out / "ta" / "RUBRIC.md").write_text("\n".join(rubric) + "\n")
     for folder in ("student", "ta"):
