@@ -54,10 +54,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # Under `pytest -n` (make test, make check: pytest-xdist), the tests that start process trees or
 # servers that could collide run one at a time, on one worker, in one of two scopes:
 # - RAY: Ray clusters and local Rays (`ray start` nodes, a README block that starts one says so in
-#   its id, lesson 11), their kill tests and the S3 server. Every cluster gets ports of its own and
+#   its id, lesson 12), their kill tests and the S3 server. Every cluster gets ports of its own and
 #   `start_local_ray` never joins another cluster, but two kill tests at once would race for the
 #   CPUs a node declares and for the GCS's health-check timing;
-# - LOCAL: the tournaments that start pods as local processes (lessons 09 and 10, their kill tests)
+# - LOCAL: the tournaments that start pods as local processes (lessons 10 and 11, their kill tests)
 #   and the browser's JupyterLab, whose timing two at once would disturb.
 # The two scopes run side by side on two workers (they share no port, no Ray and no store), and
 # every other test is its own scope, spread over the workers: the other lessons too (a Jupyter
@@ -65,9 +65,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # scopes spend most of their time waiting on processes they started, so `make test` runs one more
 # worker than the machine has cores (Makefile). (A path list, not xdist_group markers: pytest-xdist
 # 3.8's loadgroup does not group under pytest 9, which ignores the nodeid suffix it sets.)
-RAY = ("notebooks/source/11_", "tests/test_ray_backend.py", "tests/test_storage.py",
+RAY = ("notebooks/source/12_", "tests/test_ray_backend.py", "tests/test_storage.py",
        "tests/test_cluster_faults.py")
-LOCAL = ("notebooks/source/09_", "notebooks/source/10_",
+LOCAL = ("notebooks/source/10_", "notebooks/source/11_",
          "tests/test_tournament.py", "tests/test_notebook_browser.py")
 
 
@@ -75,6 +75,8 @@ def _scope(nodeid: str) -> str:
     """The scope a test runs in: "ray", "local", or its own node id (any worker, any time)."""
     if nodeid.startswith(RAY) or (nodeid.startswith("tests/test_readme.py::") and nodeid.endswith("-ray]")):
         return "ray"
+    if nodeid.startswith("tests/test_site.py::"):
+        return "site"  # one worker: its tests share one build of the site (a module fixture)
     return "local" if nodeid.startswith(LOCAL) else nodeid
 
 
@@ -89,7 +91,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # nbmake executes the notebooks with nbclient, whose stand-in for the Output widget (lessons 06
+    # nbmake executes the notebooks with nbclient, whose stand-in for the Output widget (lessons 07
     # and 07 draw into one) could leave a cell waiting out its whole timeout, 1,800 s here, for a reply
     # that had already come in (jupyter/nbclient#312); podracer.course.notebook_client sends that
     # widget's messages the way that cannot stall, and the same send is used for nbmake's runs.

@@ -184,9 +184,13 @@ def test_the_colab_cell_does_nothing_outside_colab(path):
     python = TransformerManager().transform_cell(first)
     called = []
     assert "google.colab" not in sys.modules
-    start = time.perf_counter()
-    exec(compile(python, path.name, "exec"), {"get_ipython": lambda: called.append("get_ipython")})
-    assert not called and time.perf_counter() - start < 1.0
+    # Nothing may be installed or started: %pip, a subprocess, os.system all count as work done.
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("run", "Popen", "call", "check_call", "check_output"):
+            mp.setattr(subprocess, name, lambda *a, _n=name, **k: called.append(f"subprocess.{_n}"))
+        mp.setattr(os, "system", lambda *a, **k: called.append("os.system"))
+        exec(compile(python, path.name, "exec"), {"get_ipython": lambda: called.append("get_ipython")})
+    assert not called, called
 
 
 ASKS = re.compile(r"\*\*(?:Why|Predict|Derive)\b")
@@ -238,6 +242,18 @@ def test_collection_leaves_out_the_student_notebooks_and_keeps_the_sources():
 
 
 @pytest.mark.slow
+def test_the_lessons_that_start_pods_run_in_their_scope():
+    """conftest.py names lessons by number ("notebooks/source/12_"): after a renumbering, the lesson on
+    Ray must still be in the RAY scope, the tournaments of local pods in LOCAL, and no other lesson in either."""
+    conftest = _root_conftest()
+    for path in SOLVED:
+        text, node = "\n".join(code(path)), f"notebooks/source/{path.name}::{path.name}"
+        expected = "ray" if 'backend="ray"' in text else "local" if "Tournament(" in text else node
+        assert conftest._scope(node) == expected, f"source/{path.name} runs in scope {conftest._scope(node)!r}"
+    assert sum(conftest._scope(f"notebooks/source/{p.name}::{p.name}") != f"notebooks/source/{p.name}::{p.name}"
+               for p in SOLVED) == 3
+
+
 def test_nbmake_collects_the_sources_and_not_the_student_notebooks():
     # the caller's PYTEST_ADDOPTS (-v, say) would change the listing this reads, so it is left out
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
@@ -261,16 +277,60 @@ def test_glossary_defines_the_terms_the_course_links():
             assert anchor in anchors, f"{path.name} links GLOSSARY.md#{anchor}, which does not exist"
 
 
+# "lesson 09", "Notebook 03's", "lessons 10-12", "notebooks 00 (the RL objective), 07 (...) and 09 (...)",
+# "lesson 00 §3": a word, then a list of two-digit numbers, ranges and parenthetical remarks.
+_ITEM = r"\d\d(?:\s*§[\d\-–]+)?(?:\s*\([^()]*\))?"
+_JOIN = r"\s*(?:-|–|,|,?\s+and|,?\s+or|to)\s*"
+LESSON_REFERENCE = re.compile(rf"\b(?:[Nn]otebooks?|[Ll]essons?)\s+({_ITEM}(?:{_JOIN}{_ITEM})*)")
+LESSON_FILE = re.compile(r"\b(\d\d_[a-z][a-z_]*)\.(?:ipynb|html|slides\.html)\b")
+
+
+def _course_texts() -> dict[str, str]:
+    """The text of every file a reader meets the lessons' numbers in: the notebooks (cell sources),
+    the glossary, docs/ and the README."""
+    root = NOTEBOOKS.parent
+    texts = {p.relative_to(root).as_posix(): "\n".join("".join(c["source"]) for c in cells(p))
+             for p in sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(SOURCES.glob("*.ipynb"))}
+    for p in [GLOSSARY, root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        texts[p.relative_to(root).as_posix()] = p.read_text()
+    return texts
+
+
+def test_every_lesson_reference_names_an_existing_lesson():
+    """A renumbering (the tabular lesson became 01) must leave no "lesson 14" or "notebook 07" pointing
+    past the course or at a file that is gone: every number after "lesson(s)"/"notebook(s)", and
+    every NN_name.ipynb, names a lesson in notebooks/."""
+    numbers, stems = {p.name[:2] for p in LESSONS}, {p.stem for p in LESSONS}
+    checked, wrong = 0, []
+    for name, text in _course_texts().items():
+        for match in LESSON_REFERENCE.finditer(text):
+            listed = re.sub(r"\([^()]*\)|§[\d\-–]+", "", match.group(1))  # remarks and sections are not lessons
+            for n in re.findall(r"\d\d", listed):
+                checked += 1
+                if n not in numbers:
+                    wrong.append(f"{name}: '{match.group(0).strip()}' names lesson {n}")
+        for stem in LESSON_FILE.findall(text):
+            checked += 1
+            if stem not in stems:
+                wrong.append(f"{name}: {stem}.ipynb is not a lesson")
+        if name.endswith("GLOSSARY.md"):  # each entry ends with the lessons that use it: "(03, 04, 13)"
+            for listed in re.findall(r"\((\d\d(?:, \d\d)*)\)\s*$", text, flags=re.M):
+                checked += 1
+                wrong += [f"GLOSSARY.md: ({listed}) names lesson {n}" for n in listed.split(", ") if n not in numbers]
+    assert checked > 100, f"only {checked} lesson references found: has the pattern stopped matching?"
+    assert not wrong, "\n".join(wrong)
+
+
 def dates_in(path: Path) -> set[str]:
     return set(re.findall(r"\b(?:19|20)\d\d-\d\d-\d\d\b", "\n".join(code(path))))
 
 
-# Every notebook trades the same market on the same dates; 05 (data), 07 (a date control) and 08
-# (walk-forward) are about changing them. Most notebooks hold no date at all (01-04, 09, 11, 12 are
+# Every notebook trades the same market on the same dates; 06 (data), 08 (a date control) and 09
+# (walk-forward) are about changing them. Most notebooks hold no date at all (01-05, 10, 12, 13 are
 # not about markets), so the check runs on the ones that do, and the lessons that trade the
 # standard market must be among them.
-CHANGE_THE_DATES = ("05_market_data", "07_interactive_backtest", "08_overfitting")
-TRADE_THE_MARKET = ("06_trading_env.ipynb", "10_trading_tournament.ipynb")
+CHANGE_THE_DATES = ("06_market_data", "08_interactive_backtest", "09_overfitting")
+TRADE_THE_MARKET = ("07_trading_env.ipynb", "11_trading_tournament.ipynb")
 DATED = [p for p in LESSONS + SOLVED if dates_in(p) and not p.name.startswith(CHANGE_THE_DATES)]
 
 
@@ -369,19 +429,19 @@ def draws(source: str) -> bool:
 
 @pytest.mark.slow  # a lesson at smoke size in a Jupyter kernel
 def test_run_lesson_shows_each_figure_once_whatever_the_cell_ends_with(tmp_path, monkeypatch):
-    # One kernel runs, in turn: lesson 06 alone (the lesson whose backtest figures were never shown);
+    # One kernel runs, in turn: lesson 07 alone (the lesson whose backtest figures were never shown);
     # every way a cell can end with a figure; and the same cells again through run_lesson.
     import nbformat
 
     lesson = nbformat.v4.new_notebook()
     lesson.cells = [nbformat.v4.new_code_cell(src) for src, _ in FIGURE_CELLS]
     nbformat.write(lesson, tmp_path / "lesson.ipynb")
-    real = [c for c in nbformat.read(NOTEBOOKS / "06_trading_env.ipynb", as_version=4).cells if c.cell_type == "code"]
+    real = [c for c in nbformat.read(NOTEBOOKS / "07_trading_env.ipynb", as_version=4).cells if c.cell_type == "code"]
     notebook = nbformat.v4.new_notebook()
     notebook.cells = real + [nbformat.v4.new_code_cell(src) for src, _ in FIGURE_CELLS] + [nbformat.v4.new_code_cell(
         f"from podracer.course import run_lesson\nrun_lesson({str(tmp_path / 'lesson.ipynb')!r})")]
     monkeypatch.setenv("PODRACER_SIZE", "smoke")
-    # course.notebook_client, not nbclient's NotebookClient: lesson 06's backtest_view draws into an Output
+    # course.notebook_client, not nbclient's NotebookClient: lesson 07's backtest_view draws into an Output
     # widget, and nbclient's stand-in for it could leave that cell waiting out the whole timeout (600 s)
     # for a reply that had come in (jupyter/nbclient#312), then pass.
     course.notebook_client(notebook, kernel_name="python3", timeout=600,

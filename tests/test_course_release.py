@@ -226,13 +226,13 @@ def test_the_hosted_setting_fills_every_badge_and_first_cell(tmp_path):
     from podracer.course.release import build_release, hosted_settings
 
     wheel = "https://github.com/uni/rl/releases/download/t1/podracer_rl-1.2.0-py3-none-any.whl"
-    out = build_release(tmp_path / "course", sources=lesson_sources()[11:13],
+    out = build_release(tmp_path / "course", sources=lesson_sources()[12:14],
                         hosted=hosted_settings(repository="uni/rl", ref="t1", install=wheel))
     for path in sorted((out / "student").glob("*.ipynb")):
         cells = _cells(path)
         assert f"colab.research.google.com/github/uni/rl/blob/t1/notebooks/{path.name})" in _text(cells[0])
         first = next(_text(c) for c in cells if c["cell_type"] == "code")
-        extras = "finance,cluster" if path.name.startswith("11") else "finance,locomotion"
+        extras = "finance,cluster" if path.name.startswith("12_ray") else "finance,locomotion"
         assert f'%pip install --quiet "podracer-rl[{extras}] @ {wheel}"' in first, first
     for bad, match in ((dict(repository="no-slash"), "owner/name"), (dict(install='x"; rm -rf ~'), "install="),
                        (dict(ref="main branch"), "branch or tag")):
@@ -243,7 +243,7 @@ def test_the_hosted_setting_fills_every_badge_and_first_cell(tmp_path):
 @pytest.mark.slow
 def test_the_bundle_runs_a_student_lesson_where_only_a_hosted_service_s_packages_are(tmp_path):
     """The wheel the release builds, installed into a fresh virtual environment with no project files,
-    runs lesson 05's first cells from the student release: its imports, the bundled prices, the glossary.
+    runs lesson 06's first cells from the student release: its imports, the bundled prices, the glossary.
 
     Offline, the preinstalled packages (torch, numpy, pandas, matplotlib, ...) come from this checkout's
     environment, added as a path entry: its .pth files, this checkout's editable install among them, are
@@ -264,7 +264,7 @@ def test_the_bundle_runs_a_student_lesson_where_only_a_hosted_service_s_packages
     (site / "preinstalled.pth").write_text(str(Path(torch.__file__).resolve().parents[1]) + "\n")
     classroom = tmp_path / "classroom"  # what a student has: the release's notebook and glossary
     classroom.mkdir()
-    student = NOTEBOOKS / "05_market_data.ipynb"
+    student = NOTEBOOKS / "06_market_data.ipynb"
     (classroom / "GLOSSARY.md").write_text((NOTEBOOKS / "GLOSSARY.md").read_text())
     before = subprocess.run([python, "-c", "import podracer"], cwd=classroom, capture_output=True, text=True)
     assert before.returncode != 0 and "No module named 'podracer'" in before.stderr

@@ -377,6 +377,43 @@ def test_the_course_extra_is_light_and_has_what_the_lessons_need():
     assert colab >= resolve("finance") and not colab & {"jupyterlab", "ipykernel", "notebook", "jupyter-server", "ray"}
 
 
+def test_the_course_extra_names_no_cuda_package_and_the_docs_give_the_cpu_torch_line():
+    """A student's `pip install "podracer-rl[course]"` asks for no CUDA package itself: CUDA comes in
+    only through the default Linux wheel of torch, which docs/colab.md's CPU line installs first
+    from PyTorch's CPU index (a resolver run against an index would need the network: this checks
+    what the project declares)."""
+    import re
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def requirements(extra: str) -> list[Requirement]:
+        found = []
+        for text in extras[extra]:
+            requirement = Requirement(text)
+            if requirement.name == "podracer-rl":
+                found += [r for inner in sorted(requirement.extras) for r in requirements(inner)]
+            else:
+                found.append(requirement)
+        return found
+
+    declared = [Requirement(text) for text in project["dependencies"]] + requirements("course")
+    cuda = re.compile(r"^(nvidia-|cuda|cupy|triton|tensorrt|jax-cuda|torch-cuda)|[-_]cu\d+$")
+    assert len(declared) > 10
+    assert not [r.name for r in declared if cuda.search(r.name.lower())]
+    assert not [str(r) for r in declared if any(extra.startswith("cu") for extra in r.extras) or "+cu" in str(r)]
+    torch_requirement = next(r for r in declared if r.name == "torch")
+    colab = (ROOT / "docs" / "colab.md").read_text()
+    block = re.search(r"```bash\n(pip install torch [^\n]*)\n(pip install \"podracer-rl\[course\]\")\n```", colab)
+    assert block, "docs/colab.md should give the CPU torch line, then the course's install, in one block"
+    assert block.group(1).split()[3:] == ["--index-url", "https://download.pytorch.org/whl/cpu"], block.group(1)
+    # The CPU build the project itself is tested on (constraints.txt) satisfies what it declares.
+    pinned = re.search(r"^torch==([\d.]+)", (ROOT / "constraints.txt").read_text(), flags=re.M).group(1)
+    assert torch_requirement.specifier.contains(pinned), f"torch {pinned} does not satisfy {torch_requirement}"
+
+
 def test_add_colab_cell_puts_it_after_the_title_once():
     import nbformat
 
@@ -408,7 +445,7 @@ def test_the_foundations_lesson_is_tagged_for_slides():
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.name)
 def test_no_slide_holds_a_wall_of_text(path):
-    """As make slides cuts them: no slide holds 5,000 characters (13 had slides of 5,700, 02 of 8,700)."""
+    """As make slides cuts them: no slide holds 5,000 characters (14 had slides of 5,700, 03 of 8,700)."""
     import nbformat
 
     from podracer.course import split_long_slides, tag_slides
@@ -445,7 +482,51 @@ def test_build_slides_writes_reveal_html(tmp_path):
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_markdown_cell("## Second"),
                 nbformat.v4.new_code_cell("print(1)")]
     nbformat.write(nb, tmp_path / "07_demo.ipynb")
-    (written,) = course.build_slides([tmp_path / "07_demo.ipynb"], tmp_path / "slides")
+    (written,) = course.build_slides([tmp_path / "07_demo.ipynb"], tmp_path / "slides", offline=False)
     html = written.read_text()
     assert written.name == "07_demo.slides.html" and "reveal" in html.lower() and "Second" in html
     assert html.count("<section") >= 2  # one per slide
+    assert "https://unpkg.com/reveal.js" in html  # offline=False: from a CDN when opened
+
+
+def fake_slide_assets(folder: Path) -> Path:
+    """What fetch_slide_assets unpacks from the npm registry, as empty files (no network in tests)."""
+    for name in ("reveal.js/dist/reveal.js", "reveal.js/dist/reveal.css", "reveal.js/dist/theme/white.css",
+                 "reveal.js/plugin/notes/notes.js", "requirejs/require.js", "jquery/dist/jquery.min.js"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("/* stand-in */")
+    return folder
+
+
+def test_offline_slides_load_no_script_or_style_from_the_network(tmp_path):
+    import re
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    badge = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+             "(https://colab.research.google.com/github/o/r/blob/main/notebooks/07_demo.ipynb)")
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# Title\n\n{badge}\n\n$$G_t = \\sum_k \\gamma^k r_{{t+k}}$$"),
+                nbformat.v4.new_code_cell("print(1)")]
+    nbformat.write(nb, tmp_path / "07_demo.ipynb")
+    out = tmp_path / "slides"
+    (written,) = course.build_slides([tmp_path / "07_demo.ipynb"], out, assets=fake_slide_assets(tmp_path / "assets"))
+    html = written.read_text()
+    loaded = (re.findall(r"<(?:script|img)[^>]*\ssrc=\"([^\"]+)\"", html)
+              + re.findall(r"<link[^>]*\shref=\"([^\"]+)\"", html)
+              + re.findall(r"\bimport\s+\w+\s+from\s+['\"]([^'\"]+)['\"]", html)
+              + re.findall(r"\"([^\"\s]+\.js)\"", html))  # require([...]) loads reveal.js and its notes plugin
+    assert len(loaded) >= 6, loaded
+    remote = [url for url in loaded if re.match(r"(https?:)?//", url)]
+    assert not remote, f"the slides load {remote} from the network"
+    for url in loaded:  # each is a file in the output folder, which can be copied as a whole
+        assert (out / url.split("?")[0]).is_file(), f"{url} is referenced but not in {out}"
+    assert (out / "_static" / "mathjax" / "MathJax.js").is_file()  # from jupyter-server-mathjax, real
+
+
+def test_offline_slides_without_the_assets_say_how_to_fetch_them(tmp_path):
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "07_demo.ipynb")
+    with pytest.raises(FileNotFoundError, match="make slides-assets"):
+        course.build_slides([tmp_path / "07_demo.ipynb"], tmp_path / "slides", assets=tmp_path / "nothing")

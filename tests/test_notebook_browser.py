@@ -1,4 +1,4 @@
-"""The interactive backtest where readers use it: notebook 07 in a real JupyterLab, in headless
+"""The interactive backtest where readers use it: notebook 08 in a real JupyterLab, in headless
 Chromium driven by Playwright. Runs every cell, changes a control, and checks that the metrics
 table and the figure change with no widget error. Screenshots go to runs/browser/.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "07_interactive_backtest.ipynb"
+NOTEBOOK = "08_interactive_backtest.ipynb"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = ROOT / "runs" / "browser"
 

@@ -97,14 +97,17 @@ import inspect
 import json
 import math
 import os
+import re
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "colab_cell", "check", "check_function",
-           "check_value", "hidden", "install_requirement", "is_unanswered", "notebook_client", "record_answer",
+__all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "build_slides", "colab_cell", "check",
+           "check_function", "check_value", "fetch_slide_assets", "hidden", "install_requirement", "is_unanswered",
+           "notebook_client", "record_answer",
            "results", "run_lesson", "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
@@ -599,7 +602,7 @@ def run_lesson(path: str, strict: bool = True) -> None:
     The lesson's own cells run in the current mode (their ``...`` answers are "not answered yet").
 
     Why not IPython's ``%run lesson.ipynb``: it sets ``__main__.__file__`` to the notebook, and pods
-    started with ``spawn`` (notebooks 09-11) then try to re-import the notebook as a script and fail.
+    started with ``spawn`` (notebooks 10-12) then try to re-import the notebook as a script and fail.
     """
     import nbformat
     from IPython import get_ipython
@@ -724,24 +727,122 @@ def split_long_slides(notebook: Any, limit: int = SLIDE_CHARACTERS) -> Any:
     return notebook
 
 
+# What nbconvert's reveal.js template loads, as packages of the npm registry: reveal.js at nbconvert's
+# own default version (its template expects 4.x's dist/ layout), require.js (the template loads
+# reveal.js through it) and jQuery. MathJax comes from a pip package instead (jupyter-server-mathjax).
+SLIDE_ASSETS = {"reveal.js": "4.0.2", "requirejs": "2.3.7", "jquery": "2.2.4"}
+SLIDE_ASSETS_DIR = Path("build/slides-assets")
+# The reveal template as nbconvert ships it, with two changes for a room without a network: no
+# Mermaid module (only a CDN serves it, and the lessons draw no Mermaid diagrams), and MathJax told
+# to typeset with the STIX-Web fonts, the ones jupyter-server-mathjax ships (it leaves out the TeX
+# fonts MathJax would try first, and a formula then shows "Math Processing Error").
+COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n*")
+_OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});
+</script>
+{{ super() }}
+{%- endblock html_head_js_mathjax -%}
+"""
+
+
+def fetch_slide_assets(folder: str | os.PathLike = SLIDE_ASSETS_DIR) -> Path:
+    """Download reveal.js, require.js and jQuery (``SLIDE_ASSETS``) from the npm registry with
+    ``npm pack`` into ``folder``, once, so that :func:`build_slides` can write slides that present
+    without a network (``make slides-assets``; needs ``npm`` and the registry this one time).
+    Returns ``folder``."""
+    import subprocess
+    import tarfile
+    import tempfile
+
+    folder = Path(folder)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("fetching the slides' reveal.js needs npm (Node.js): install it (apt-get install npm), "
+                           "or build slides that load reveal.js from a CDN with --cdn")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, version in SLIDE_ASSETS.items():
+            done = subprocess.run([npm, "pack", f"{name}@{version}", "--pack-destination", tmp],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"npm pack {name}@{version} failed (is the npm registry reachable?):\n"
+                                   f"{done.stderr[-1500:]}")
+            (tarball,) = Path(tmp).glob(f"{name}-{version}.tgz")
+            target = folder / name
+            shutil.rmtree(target, ignore_errors=True)
+            with tarfile.open(tarball) as archive:
+                archive.extractall(tmp, filter="data")  # npm packs everything under package/
+            shutil.move(str(Path(tmp) / "package"), str(target))
+    (folder / "VERSIONS").write_text("".join(f"{k} {v}\n" for k, v in SLIDE_ASSETS.items()))
+    return folder
+
+
+def _copy_slide_assets(assets: Path, out: Path) -> dict[str, str]:
+    """reveal.js, require.js, jQuery (from ``assets``, :func:`fetch_slide_assets`) and MathJax (from
+    jupyter-server-mathjax) copied into ``out/_static/``; returns the exporter's settings pointing
+    at them, relative to the slides, so the folder can be moved or copied as a whole."""
+    needed = {"reveal.js": assets / "reveal.js" / "dist" / "reveal.js",
+              "require.js": assets / "requirejs" / "require.js",
+              "jquery": assets / "jquery" / "dist" / "jquery.min.js"}
+    missing = [name for name, path in needed.items() if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{assets} lacks {', '.join(missing)}: fetch them once with `make slides-assets` "
+                                f"(python -m podracer.course slides-assets; needs npm and the npm registry), "
+                                f"or build slides that load them from a CDN with --cdn")
+    try:
+        import jupyter_server_mathjax
+    except ImportError as exc:
+        raise ImportError("offline slides take MathJax from jupyter-server-mathjax: pip install "
+                          "'podracer-rl[teach]' (make install has it), or build with --cdn") from exc
+    static = out / "_static"
+    for source, target in ((assets / "reveal.js" / "dist", static / "reveal.js" / "dist"),
+                           (assets / "reveal.js" / "plugin", static / "reveal.js" / "plugin"),
+                           (Path(jupyter_server_mathjax.__file__).parent / "static", static / "mathjax")):
+        if not target.exists():  # MathJax is 12 MB: copied once per output folder
+            shutil.copytree(source, target)
+    shutil.copy(needed["require.js"], static / "require.js")
+    shutil.copy(needed["jquery"], static / "jquery.min.js")
+    # reveal.js's "white" theme: its fonts ship in dist/theme/fonts ("simple", nbconvert's default, imports
+    # Google Fonts)
+    return {"reveal_url_prefix": "_static/reveal.js", "reveal_theme": "white", "require_js_url": "_static/require.js",
+            "jquery_url": "_static/jquery.min.js",
+            "mathjax_url": "_static/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"}
+
+
 def build_slides(paths: Iterable[str | os.PathLike], out: str | os.PathLike = "build/slides",
-                 execute: bool = False, reveal_prefix: str | None = None) -> list[Path]:
+                 execute: bool = False, reveal_prefix: str | None = None, offline: bool = True,
+                 assets: str | os.PathLike = SLIDE_ASSETS_DIR) -> list[Path]:
     """reveal.js slides (one HTML file per notebook) in ``out``; ``execute`` runs each notebook
-    first, so figures and tables appear (at ``$PODRACER_SIZE``). Returns the files written."""
+    first, so figures and tables appear (at ``$PODRACER_SIZE``). ``offline`` (the default) copies
+    reveal.js, require.js, jQuery and MathJax into ``out/_static/`` and points the slides at them,
+    so they present without a network (``assets``: what :func:`fetch_slide_assets` fetched once);
+    ``offline=False`` loads them from CDNs when the slides are opened. ``reveal_prefix`` points at
+    a reveal.js of your own instead. Returns the files written."""
+    import jinja2
     import nbformat
     from nbconvert import SlidesExporter
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    settings = _copy_slide_assets(Path(assets), out) if offline else {}
+    if reveal_prefix:
+        settings["reveal_url_prefix"] = reveal_prefix
     written = []
     for path in map(Path, paths):
         notebook = split_long_slides(tag_slides(nbformat.read(path, as_version=4)))
+        if offline:  # the "Open in Colab" badge is an image from the network, and no use on a slide
+            for cell in notebook.cells:
+                if cell.cell_type == "markdown":
+                    cell.source = COLAB_BADGE.sub("", cell.source)
         if execute:
             # nbconvert's ExecutePreprocessor is this client, with nbclient's Output widget (notebook_client)
             notebook_client(notebook, timeout=1800, resources={"metadata": {"path": str(path.parent)}}).execute()
-        exporter = SlidesExporter(reveal_scroll=True)  # long slides scroll instead of being cut off
-        if reveal_prefix:
-            exporter.reveal_url_prefix = reveal_prefix
+        exporter = SlidesExporter(reveal_scroll=True, **settings)  # long slides scroll instead of being cut off
+        if offline:
+            exporter.extra_loaders = [jinja2.DictLoader({"offline_slides.html.j2": _OFFLINE_TEMPLATE})]
+            exporter.template_file = "offline_slides.html.j2"
         body, _ = exporter.from_notebook_node(notebook)
         target = out / f"{path.stem}.slides.html"
         target.write_text(body, encoding="utf-8")
@@ -760,8 +861,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     slides.add_argument("notebooks", nargs="+")
     slides.add_argument("--out", default="build/slides")
     slides.add_argument("--execute", action="store_true", help="run each notebook first, for its figures")
-    slides.add_argument("--reveal-prefix", default=None,
-                        help="where reveal.js is loaded from (default: a CDN; a local copy for offline rooms)")
+    slides.add_argument("--reveal-prefix", default=None, help="load reveal.js from this URL or folder instead")
+    slides.add_argument("--cdn", action="store_true",
+                        help="load reveal.js and MathJax from CDNs when opened (default: copies in OUT/_static/)")
+    slides.add_argument("--assets", default=str(SLIDE_ASSETS_DIR),
+                        help="where slides-assets put reveal.js, require.js and jQuery (default: %(default)s)")
+    assets = sub.add_parser("slides-assets", help="fetch reveal.js, require.js and jQuery once from the npm registry, "
+                                                  "for slides that present offline (make slides-assets)")
+    assets.add_argument("--out", default=str(SLIDE_ASSETS_DIR))
     release = sub.add_parser("release", help="the student, autograder and TA releases from notebooks/source/ "
                                              "(make course)")
     release.add_argument("sources", nargs="*", help="lesson sources (default: every notebooks/source/NN_*.ipynb)")
@@ -785,7 +892,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         measure_times(args.sources or None, size=args.size)
     elif args.command == "slides":
-        build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix)
+        try:
+            build_slides(args.notebooks, args.out, execute=args.execute, reveal_prefix=args.reveal_prefix,
+                         offline=not args.cdn, assets=args.assets)
+        except (FileNotFoundError, ImportError) as exc:
+            parser.error(str(exc))
+    elif args.command == "slides-assets":
+        try:
+            print(f"slide assets: {fetch_slide_assets(args.out)}")
+        except RuntimeError as exc:
+            parser.error(str(exc))
     elif args.command == "release":
         from podracer.course.release import build_release
 

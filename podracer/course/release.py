@@ -342,6 +342,7 @@ def measure_times(sources: Iterable[str | os.PathLike] | None = None, size: str 
         old = yaml.safe_load(Path(out).read_text()) or {}
         if old.get("size") == size:
             table["seconds"], table["load"] = old.get("seconds", {}), old.get("load", {})
+            table["notes"] = old.get("notes", {})  # how a lesson's entry was measured, when not as the rest
     previous = os.environ.get("PODRACER_SIZE")
     os.environ["PODRACER_SIZE"] = size
     try:
@@ -351,6 +352,7 @@ def measure_times(sources: Iterable[str | os.PathLike] | None = None, size: str 
             notebook_client(notebook, timeout=3600, resources={"metadata": {"path": str(path.parent)}}).execute()
             table["seconds"][path.stem] = round(time.perf_counter() - start, 1)
             table["load"][path.stem] = round(os.getloadavg()[0], 1)
+            table.get("notes", {}).pop(path.stem, None)  # measured as the rest now
             print(f"{path.stem}: {table['seconds'][path.stem]:.0f} s (load {table['load'][path.stem]})", flush=True)
             if out is not None:  # after each lesson: an interrupted run keeps what it measured
                 Path(out).write_text(yaml.safe_dump(table, sort_keys=False))
