@@ -1,7 +1,8 @@
 """Podracer: compact RL agents on batched tensor environments, one pod or a tournament of them.
 
 The stable API (1.x; see the README's API section): everything listed in ``__all__`` below.
-Renames keep the old name working, with a FutureWarning, for one minor version.
+Renames keep the old name working, with a FutureWarning, until the removal version
+``podracer.deprecation.DEPRECATIONS`` gives (docs/deprecations.md).
 
 Start-up is ``import torch`` plus a little: the names whose modules import pandas (the target
 runs, the tournament and its leaderboard) are imported on first use (``__getattr__`` below,
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING
 from podracer.envs import check_env, make_env, make_gym_env, register_env, registered_envs
 
 # Agents: one name per algorithm, presets per task (data files), save/load.
-from podracer.agents import (AGENTS, AgentBase, Preset, get_preset, load_agent, make_agent, presets, register_preset,
-                             register_presets, resolve_agent)
+from podracer.agents import (AGENTS, AgentBase, Preset, get_preset, load_agent, make_agent, presets, register_agent,
+                             register_preset, register_presets, registered_agents, resolve_agent)
 
 # One pod: train, evaluate, seed, steps and seconds to a target; any agent or callable obs -> actions is a policy.
 from podracer.evaluate import RandomPolicy, as_policy, evaluate
@@ -34,8 +35,8 @@ __version__ = "1.1.0"
 
 __all__ = [
     "check_env", "make_env", "make_gym_env", "register_env", "registered_envs",
-    "AGENTS", "AgentBase", "Preset", "get_preset", "load_agent", "make_agent", "presets", "register_preset",
-    "register_presets", "resolve_agent",
+    "AGENTS", "AgentBase", "Preset", "get_preset", "load_agent", "make_agent", "presets", "register_agent",
+    "register_preset", "register_presets", "registered_agents", "resolve_agent",
     "RandomPolicy", "as_policy", "evaluate", "iterate_training", "seed_everything", "train",
     "TargetSummary", "ToTarget", "seeds_to_target", "train_to_target",
     "CheckpointError", "Ensemble", "Leaderboard", "Tournament", "TournamentConfig",
@@ -58,13 +59,9 @@ def __getattr__(name: str):
         value = module if name == module.__name__.rpartition(".")[2] else getattr(module, name)
         globals()[name] = value  # once: later lookups are plain attribute reads
         return value
-    if name == "get_agent_class":  # the 0.1 name of resolve_agent
-        import warnings
+    from podracer import deprecation  # a renamed name (podracer.get_agent_class), with its warning, else AttributeError
 
-        warnings.warn("podracer.get_agent_class is renamed podracer.resolve_agent; the old name will be removed in "
-                      "podracer 1.2", FutureWarning, stacklevel=2)
-        return resolve_agent
-    raise AttributeError(f"module 'podracer' has no attribute {name!r}")
+    return deprecation.module_attribute(__name__, name)
 
 
 def __dir__() -> list[str]:

@@ -15,7 +15,7 @@ gymnasium id (through the adapter). When the agent has a tuned preset for ``ENV`
 sub-env count and training length are the defaults; ``--num-envs``, ``--steps`` and ``--set``
 override them (a preset's learning-rate annealing follows ``--steps``, as ``train`` does from
 Python). ``AGENT`` is a registry name or ``package.module:Class``. Torch runs on one CPU thread
-unless ``--threads`` says otherwise.
+unless ``--threads`` (or the environment variable ``PODRACER_NUM_THREADS``) says otherwise.
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ def _fmt_eval(result: dict[str, float]) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import torch
-
     import podracer
     from podracer.agents.registry import resolve_agent
     from podracer.agents.registry import find_preset
@@ -66,7 +64,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides = _parse_overrides(args.set)
     log_dir = Path(args.log_dir or f"runs/{args.agent.lower().replace(':', '_')}_{args.env.lower()}_seed{args.seed}")
 
-    torch.set_num_threads(args.threads)
     try:  # an unknown env name or --set key: the messages list the valid ones
         env = podracer.make_env(args.env, num_envs=num_envs, device=args.device)
         eval_env = podracer.make_env(args.env, num_envs=args.eval_episodes, device=args.device)
@@ -80,7 +77,8 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"{'preset ' + repr(args.env.lower()) if preset else 'default config'}) -> {log_dir}")
     agent, history = podracer.train(agent, env, steps, eval_env=eval_env, eval_every=args.eval_every,
                                     seed=args.seed, log_dir=log_dir, checkpoint_every=args.checkpoint_every,
-                                    progress=not args.no_progress, target_return=args.target_return)
+                                    progress=not args.no_progress, target_return=args.target_return,
+                                    threads=args.threads)
     last_eval = history.dropna(subset=["eval/return_mean"]).iloc[-1]
     final = {k: float(v) for k, v in last_eval.items() if k.startswith("eval/")}
     last = history.iloc[-1]
@@ -95,12 +93,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     import podracer
     from podracer.agents.common import AgentBase
+    from podracer.train import training_threads
 
     path = Path(args.checkpoint)
     if not path.is_file():
         raise SystemExit(f"podracer eval: no checkpoint at {path}; train one with `podracer train ... --log-dir DIR` "
                          f"and pass DIR/checkpoints/last.pt")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(training_threads(args.threads))
     try:
         agent = AgentBase.load(path, device=args.device)
     except (podracer.CheckpointError, ValueError, TypeError, ImportError) as err:
@@ -155,7 +154,9 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, ImportError) as err:  # e.g. $RAY_ADDRESS unusable, pods that keep failing
         raise SystemExit(f"podracer tournament: {err}") from None
     frame = board.to_frame()
-    columns = [c for c in ("parent_id", "generation", "pod", "score", "env_steps", "changes") if c in frame.columns]
+    # The lineage's env steps: "global_step" once the board names it as the agents do, "env_steps" before.
+    steps = next((c for c in ("global_step", "env_steps") if c in frame.columns), "")
+    columns = [c for c in ("parent_id", "generation", "pod", "score", steps, "changes") if c in frame.columns]
     print(frame[columns].head(args.show).to_string(float_format=lambda x: f"{x:.1f}"))
     best = board.top(1)
     if best:
@@ -166,8 +167,8 @@ def cmd_tournament(args: argparse.Namespace) -> int:
     return 0
 
 
-THREADS_HELP = ("torch CPU threads (default 1: on small MLPs more threads mostly add overhead, and on a busy "
-                "machine contention)")
+THREADS_HELP = ("torch CPU threads (default: $PODRACER_NUM_THREADS, else 1: on small MLPs more threads mostly "
+                "add overhead, and on a busy machine contention; docs/performance.md)")
 
 
 def positive_int(text: str) -> int:
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--target-return", type=float, default=None, help="stop at the first eval reaching this")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, value as YAML (repeatable)")
-    t.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
+    t.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
@@ -243,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=positive_int, default=16, help="episodes (one per sub-env)")
     e.add_argument("--seed", type=int, default=10_000)
     e.add_argument("--device", default="cpu", type=device_arg)
-    e.add_argument("--threads", type=positive_int, default=1, help=THREADS_HELP)
+    e.add_argument("--threads", type=positive_int, default=None, help=THREADS_HELP)
     e.set_defaults(func=cmd_eval)
 
     r = sub.add_parser("tournament", help="train a pool of pods against one leaderboard (local or Ray)",

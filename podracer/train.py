@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import random
 import time
 import warnings
@@ -121,9 +122,34 @@ def planned_steps(agent: Any, num_envs: int, total_steps: int) -> int:
     return planned
 
 
+THREADS_ENV = "PODRACER_NUM_THREADS"
+
+
+def training_threads(threads: int | None = None) -> int:
+    """The torch intra-op thread count ``train`` uses: ``threads`` when given, else the environment
+    variable ``PODRACER_NUM_THREADS``, else 1. 0 keeps torch's own setting (one thread per core).
+
+    One, because our networks are small (64 to 256 wide): a second thread has little to share,
+    and on a machine busy with other work torch's default (a thread per core) made training 13 to
+    80 times slower, its threads waiting for each other (docs/performance.md)."""
+    if threads is None:
+        text = os.environ.get(THREADS_ENV, "").strip()
+        if not text:
+            return 1
+        if not text.isdigit():
+            raise ValueError(f"{THREADS_ENV}={text!r}: expected a whole number of torch threads >= 0 (0: torch's own "
+                             f"setting)")
+        return int(text)
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 0:
+        raise ValueError(f"threads must be a whole number of torch threads >= 0 (0: torch's own setting), "
+                         f"got {threads!r}")
+    return int(threads)
+
+
 def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = None, eval_every: int = 10_000,
           seed: int | None = None, log_dir: str | Path | None = None, checkpoint_every: int | None = None,
-          progress: bool = True, target_return: float | None = None) -> tuple[Any, pd.DataFrame]:
+          progress: bool = True, target_return: float | None = None,
+          threads: int | None = None) -> tuple[Any, pd.DataFrame]:
     """Train ``agent`` on ``env`` for ``total_steps`` env steps (summed over sub-envs).
 
     ``total_steps=None`` takes the step budget of the preset the agent was built from
@@ -134,7 +160,9 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
     With ``log_dir``: ``progress.csv`` (rewritten after each evaluation and at the end),
     TensorBoard event files, and checkpoints ``checkpoints/step_<n>.pt`` every
     ``checkpoint_every`` steps plus ``checkpoints/last.pt``. ``target_return`` stops training at
-    the first evaluation whose mean return reaches it. Returns ``(agent, history)``.
+    the first evaluation whose mean return reaches it. ``threads``: torch threads while training,
+    restored after (``training_threads``: default ``PODRACER_NUM_THREADS``, else 1; 0 keeps
+    torch's). Returns ``(agent, history)``.
     """
     if total_steps is None:
         preset = getattr(agent, "preset", None)
@@ -146,6 +174,7 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
     from tqdm.auto import tqdm
 
     total_steps = _check_steps(total_steps)
+    num_threads = training_threads(threads)
     planned_steps(agent, env.num_envs, total_steps)
     log_dir = Path(log_dir) if log_dir is not None else None
     writer = None
@@ -158,6 +187,9 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
     first = int(getattr(agent, "global_step", 0))  # the history's global_step continues from here
     next_ckpt = first + checkpoint_every if checkpoint_every else math.inf
     bar = tqdm(total=total_steps, disable=not progress, unit="step", dynamic_ncols=True)
+    previous_threads = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
     try:
         for row in iterate_training(agent, env, total_steps, eval_env, eval_every, seed):
             rows.append(row)
@@ -178,6 +210,7 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
             if target_return is not None and row.get("eval/return_mean", -math.inf) >= target_return:
                 break
     finally:
+        torch.set_num_threads(previous_threads)
         bar.close()
         if writer is not None:
             writer.close()

@@ -5,13 +5,13 @@ The learning tests train through the unchanged ``podracer.train`` with each agen
 more seeds.
 """
 
+import copy
 import importlib
 import math
 import os
 from typing import Any
 
 import gymnasium as gym
-import warnings
 
 import pytest
 import torch
@@ -163,6 +163,143 @@ def test_truncation_bootstraps_and_termination_does_not(name):
     assert got == pytest.approx(want, rel=1e-5)
 
 
+# ---------------------------------------------------------------------------- the fused update
+# SAC, TD3 and DDPG sum their losses and take one backward pass and one Adam step (offpolicy.py's
+# docstring). These tests hold that to what it claims: each loss moves only its own parameters,
+# and one update is the same as the textbook one with separate optimizers.
+def _batches(agent: Any, n: int, size: int = 32) -> list[Batch]:
+    """``n`` random minibatches in the agent's spaces, some transitions terminated."""
+    g = torch.Generator().manual_seed(1)
+    low, high = agent.action_low, agent.action_high
+    return [Batch(obs=torch.randn(size, agent.obs_dim, generator=g),
+                  actions=low + (high - low) * torch.rand(size, agent.act_dim, generator=g),
+                  rewards=torch.randn(size, generator=g), next_obs=torch.randn(size, agent.obs_dim, generator=g),
+                  terminated=torch.rand(size, generator=g) < 0.2) for _ in range(n)]
+
+
+def _actor_loss(name: str, agent: Any, obs: torch.Tensor) -> torch.Tensor:
+    m = agent.model
+    if name == "sac":
+        actions, logprob = m.actor.sample(obs, agent.generator)
+        return module_of(name).actor_loss(m, obs, actions, logprob)[0]
+    return module_of(name).actor_loss(m, obs)[0]
+
+
+@pytest.mark.parametrize("name", CONTINUOUS)
+def test_the_actor_loss_puts_no_gradient_on_any_critic_parameter(name):
+    agent, _ = small_agent(name)
+    batch = _batches(agent, 1)[0]
+    agent.optimizer.zero_grad(set_to_none=True)
+    _actor_loss(name, agent, batch.obs).backward()
+    critic = list(agent.model.critic.parameters()) + ([agent.model.log_alpha] if name == "sac" else [])
+    assert [p.grad for p in critic] == [None] * len(critic), "the actor's loss reached a critic (or alpha) parameter"
+    assert all(p.grad is not None for p in agent.model.actor.parameters())
+    assert sum(p.grad.abs().sum() for p in agent.model.actor.parameters()) > 0  # it did backpropagate
+
+
+def _polyak(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters()):
+            t.mul_(1 - tau).add_(tau * s)
+
+
+class TwoOptimizers:
+    """The textbook update, written plainly: an Adam per network, each loss backpropagated on its
+    own into its own parameters only, all from the weights before this update, then each optimizer
+    steps and the targets follow. (Sequential implementations step the critic first; the fused
+    update's actor sees the critic from before the step, and so does this reference.)"""
+
+    def __init__(self, name: str, agent: Any):
+        self.name, self.cfg = name, agent.config
+        self.model = copy.deepcopy(agent.model)
+        self.generator = torch.Generator().manual_seed(0)
+        self.generator.set_state(agent.generator.get_state())  # the same noise, draw for draw
+        self.target_entropy = getattr(agent, "target_entropy", None)
+        self.updates = agent.updates
+        m = self.model
+        self.critic_opt = torch.optim.Adam(m.critic.parameters(), lr=self.cfg.critic_lr)
+        self.actor_opt = torch.optim.Adam(m.actor.parameters(), lr=self.cfg.actor_lr)
+        self.alpha_opt = torch.optim.Adam([m.log_alpha], lr=self.cfg.alpha_lr) if name == "sac" else None
+
+    def target(self, b: Batch) -> torch.Tensor:
+        """y = r + gamma (1 - terminated) V(s'), V from the target networks (and SAC's entropy term)."""
+        m, cfg = self.model, self.cfg
+        with torch.no_grad():
+            if self.name == "sac":
+                a2, logp2 = m.actor.sample(b.next_obs, self.generator)
+                v = m.critic_target(b.next_obs, a2).min(dim=0).values - m.log_alpha.exp() * logp2
+            elif self.name == "td3":
+                actor = m.actor_target
+                a2 = actor(b.next_obs)
+                eps = (torch.randn(a2.shape, generator=self.generator) * cfg.policy_noise).clamp(-cfg.noise_clip,
+                                                                                                 cfg.noise_clip)
+                a2 = (a2 + eps * actor.action_scale).clamp(actor.action_low, actor.action_high)
+                v = m.critic_target(b.next_obs, a2).min(dim=0).values
+            else:
+                v = m.critic_target(b.next_obs, m.actor_target(b.next_obs))
+            return b.rewards + cfg.gamma * (1.0 - b.terminated.float()) * v
+
+    def update(self, b: Batch) -> dict[str, float]:
+        m, cfg = self.model, self.cfg
+        self.updates += 1
+        y = self.target(b)
+        q = m.critic(b.obs, b.actions)  # (2, B) twin critics, (B,) DDPG's one
+        critic_loss = ((q - y) ** 2).mean(dim=-1).sum()
+        self.critic_opt.zero_grad()
+        critic_loss.backward(inputs=list(m.critic.parameters()))
+        losses = {"loss/critic": critic_loss.item()}
+        update_actor = self.name != "td3" or self.updates % cfg.policy_delay == 0
+        if update_actor:
+            if self.name == "sac":
+                a, logp = m.actor.sample(b.obs, self.generator)
+                alpha = m.log_alpha.exp().detach()
+                actor_loss = (alpha * logp - m.critic(b.obs, a).min(dim=0).values).mean()
+                alpha_loss = -(m.log_alpha * (logp.detach() + self.target_entropy)).mean()
+                self.alpha_opt.zero_grad()
+                alpha_loss.backward(inputs=[m.log_alpha])
+                losses["loss/alpha"] = alpha_loss.item()
+            elif self.name == "td3":
+                actor_loss = -m.critic(b.obs, m.actor(b.obs))[0].mean()  # through the first critic
+            else:
+                actor_loss = -m.critic(b.obs, m.actor(b.obs)).mean()
+            self.actor_opt.zero_grad()
+            actor_loss.backward(inputs=list(m.actor.parameters()))  # the critic's weights get nothing
+            losses["loss/actor"] = actor_loss.item()
+        self.critic_opt.step()
+        if update_actor:
+            self.actor_opt.step()
+        if self.alpha_opt is not None:
+            self.alpha_opt.step()
+        if update_actor:  # TD3's targets follow on delayed updates, SAC's and DDPG's on every one
+            _polyak(m.critic_target, m.critic, cfg.tau)
+            if self.name != "sac":
+                _polyak(m.actor_target, m.actor, cfg.tau)
+        return losses
+
+
+@pytest.mark.parametrize("name", CONTINUOUS)
+def test_one_fused_update_equals_two_optimizers_on_the_same_batch(name):
+    """Four updates (TD3: two delayed actor steps among them), each on the same batch for both,
+    from the same weights and generator state: every weight, Adam moment aside, and every loss
+    agree to 1e-6."""
+    agent, _ = small_agent(name)
+    reference = TwoOptimizers(name, agent)
+    before = copy.deepcopy(agent.model.state_dict())
+    for batch in _batches(agent, 4):
+        agent.updates += 1  # as train_step counts it before the update (TD3's delay reads it)
+        info = {k: v.item() for k, v in agent.update(batch).items()}
+        expected = reference.update(batch)
+        for key, value in expected.items():
+            assert info[key] == pytest.approx(value, abs=1e-6), key
+        assert ("loss/actor" in info) == ("loss/actor" in expected)
+    mine, theirs = agent.model.state_dict(), reference.model.state_dict()
+    assert list(mine) == list(theirs)
+    for key in mine:
+        torch.testing.assert_close(mine[key], theirs[key], atol=1e-6, rtol=0, msg=key)
+    moved = sum((mine[k] - before[k]).abs().sum() for k in mine if mine[k].is_floating_point())
+    assert moved > 1e-3  # the updates did change the weights: agreeing is not both standing still
+
+
 def test_soft_update_is_polyak_averaging():
     """theta' <- tau theta + (1 - tau) theta' for every parameter (one _foreach_lerp_ call), tau = 1 a copy."""
     source, target = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
@@ -261,9 +398,9 @@ def test_sac_refuses_a_fixed_action_dimension_that_td3_and_ddpg_take():
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,))
     fixed = gym.spaces.Box(low=torch.tensor([-1.0, 0.5]).numpy(), high=torch.tensor([1.0, 0.5]).numpy())
     with pytest.raises(ValueError, match=r"SAC needs low < high on every action dimension; dimension\(s\) \[1\]"):
-        podracer.get_agent_class("sac")(obs_space, fixed)
+        podracer.resolve_agent("sac")(obs_space, fixed)
     for name in ("td3", "ddpg"):
-        actions = podracer.get_agent_class(name)(obs_space, fixed).act(torch.zeros(4, 3))
+        actions = podracer.resolve_agent(name)(obs_space, fixed).act(torch.zeros(4, 3))
         assert torch.isfinite(actions).all() and (actions[:, 1] == 0.5).all()
 
 
@@ -314,17 +451,17 @@ def test_dqn_epsilon_decays_linearly():
 def test_old_names_still_work_with_a_warning():
     """0.1 names (config ``hidden``, DQN ``lr``; attributes ``nets``, ``optim``, ``rng``,
     ``env_steps``) keep working for one minor version, with a FutureWarning."""
-    with pytest.warns(FutureWarning, match="'hidden' is renamed 'hidden_sizes'"):
+    with pytest.warns(FutureWarning, match="SACConfig.hidden is renamed 'hidden_sizes'"):
         sac = make_agent("sac", PendulumVecEnv(num_envs=2), seed=0, preset=None, hidden=(8, 8))
     assert sac.config.hidden_sizes == (8, 8)
-    with pytest.warns(FutureWarning, match="'lr' is renamed 'learning_rate'"):
+    with pytest.warns(FutureWarning, match="DQNConfig.lr is renamed 'learning_rate'"):
         dqn = make_agent("dqn", CartPoleVecEnv(num_envs=2), seed=0, preset=None, lr=1e-3)
     assert dqn.config.learning_rate == 1e-3 and dqn.optimizer.param_groups[0]["lr"] == 1e-3
     for agent in (sac, dqn):
         for old, new in [("nets", "model"), ("optim", "optimizer"), ("rng", "generator"), ("env_steps", "global_step")]:
-            with pytest.warns(FutureWarning, match=f"{old} is renamed"):
+            with pytest.warns(FutureWarning, match=f"OffPolicyAgent.{old} is renamed '{new}'"):
                 assert getattr(agent, old) is getattr(agent, new)
-    with pytest.warns(FutureWarning):
+    with pytest.warns(FutureWarning, match="ReplayBuffer.rng is renamed 'generator'"):
         assert sac.buffer.rng is sac.buffer.generator
 
 
@@ -348,9 +485,10 @@ def test_checkpoint_from_0_1_loads(name):
     obs, _ = env.reset(seed=0)
     for _ in range(2):
         obs, _ = agent.train_step(env, obs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a checkpoint is data: its old names load without a warning
+    with pytest.warns(FutureWarning, match="save it again") as caught:  # it loads, and says until when
         loaded = AgentBase.from_checkpoint(_as_checkpoint_0_1(agent.checkpoint(), name))
+    assert any("replay buffer uses old names" in str(w.message) and "ReplayBuffer.rng is renamed 'generator'"
+               in str(w.message) for w in caught)
     assert loaded.config == agent.config and loaded.global_step == agent.global_step == 64
     assert len(loaded.buffer) == len(agent.buffer) == loaded.buffer.num_added
     assert torch.equal(loaded.act(obs), agent.act(obs))  # same device type: the very same generator state

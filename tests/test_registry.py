@@ -2,9 +2,11 @@
 domains are imported by the core only when a lookup misses (entry points ``podracer.domains``)."""
 
 import functools
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +135,85 @@ def test_a_broken_domain_warns_with_its_name_and_the_others_still_load(monkeypat
                                             r"ModuleNotFoundError.*reinstall"):
         assert plugins.load_domains() == {"broken": False, "good": True}
     assert plugins.load_domains() == {"broken": False, "good": True}  # once per process: no second warning
+
+
+# ---------------------------------------------------------------------------- agents register themselves
+def _run_in(cwd, code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                         cwd=cwd, env={**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                                       "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_agentbase_load_resolves_the_agent_without_the_registry_module(tmp_path):
+    """The name -> class table lives beside the base class and each agent enters it when defined:
+    with only ``podracer.agents.sac`` imported (the packages' __init__ files not run, so the
+    registry module is never imported), ``AgentBase.load`` finds SAC from the checkpoint's name."""
+    agent = podracer.make_agent("sac", PendulumVecEnv(2), seed=0, preset=None, verbose=False, hidden_sizes=(8,))
+    path = agent.save(tmp_path / "sac.pt")
+    out = _run_in(tmp_path, f"""
+        import sys, types
+        for name, where in [("podracer", {str(Path(podracer.__file__).parent)!r}),
+                            ("podracer.agents", {str(Path(podracer.agents.__file__).parent)!r})]:
+            package = types.ModuleType(name)  # the package without its __init__: nothing else gets imported
+            package.__path__ = [where]
+            sys.modules[name] = package
+        from podracer.agents.sac import SAC
+        from podracer.agents.common import AgentBase
+        loaded = AgentBase.load({str(path)!r})
+        print(type(loaded).__name__, loaded.config.hidden_sizes, "podracer.agents.registry" in sys.modules)
+    """)
+    assert out.split() == ["SAC", "(8,)", "False"]
+
+
+PLUGIN = '''
+from podracer.agents.sac import SAC
+
+
+class PluginSAC(SAC):
+    """A domain's agent: subclassing with its own name registers it."""
+
+    name = "plugin_sac"
+'''
+
+
+def test_a_plugin_agent_registers_itself_and_a_checkpoint_naming_it_loads_in_a_fresh_process(tmp_path, monkeypatch):
+    (tmp_path / "plugin_agents.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import plugin_agents
+
+    agent = podracer.make_agent("plugin_sac", PendulumVecEnv(2), seed=0, preset=None, verbose=False, hidden_sizes=(8,))
+    assert type(agent) is plugin_agents.PluginSAC and podracer.agents.agent_name(type(agent)) == "plugin_sac"
+    assert "plugin_sac" not in podracer.AGENTS  # AGENTS describes the agents Podracer ships
+    agent.save(tmp_path / "plugin.pt")
+    # A fresh process that never imported the plugin: the name misses, the installed domains are
+    # imported (entry points "podracer.domains", here one declared by hand) and the plugin registers.
+    out = _run_in(tmp_path, f"""
+        from importlib.metadata import EntryPoint
+        import podracer, podracer.plugins as plugins
+        plugins.entry_points = lambda group: [EntryPoint("plugin", "plugin_agents", group)]
+        loaded = podracer.load_agent({str(tmp_path / "plugin.pt")!r})
+        print(type(loaded).__name__, loaded.config.hidden_sizes)
+    """)
+    assert out.split() == ["PluginSAC", "(8,)"]
+
+
+def test_register_agent_under_another_name_and_a_taken_name_is_refused():
+    from podracer.agents.sac import SAC
+
+    class Renamed(SAC):  # no name of its own: not registered, and saved as module:Class
+        pass
+
+    assert podracer.agents.registered_agents()["sac"] is SAC
+    with pytest.raises(ValueError, match="must be importable by name"):
+        podracer.agents.agent_name(Renamed)  # defined in a function: no checkpoint could name it
+    assert podracer.register_agent(Renamed, "renamed_sac_for_test") is Renamed
+    assert podracer.resolve_agent("Renamed_SAC_for_test") is Renamed and podracer.agents.agent_name(Renamed) == \
+        "renamed_sac_for_test"
+    with pytest.raises(ValueError, match=r"agent name 'sac' is already registered to podracer.agents.sac:SAC"):
+        podracer.register_agent(Renamed, "sac")
+    with pytest.raises(TypeError, match="not an agent class"):
+        podracer.register_agent(dict, "not_an_agent")
+    with pytest.raises(ValueError, match="unknown agent 'nosuch'; available: .*'ppo'"):
+        podracer.resolve_agent("nosuch")

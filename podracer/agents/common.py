@@ -1,6 +1,7 @@
 """The one small module every agent shares: networks (MLP builder, Q ensemble, deterministic
 actor), running normaliser, soft update, config checks, Adam, action bounds, space
-(de)serialisation, and the thin base class that gives each agent save/load.
+(de)serialisation, and the thin base class that gives each agent save/load, with the table of
+agent names it saves and loads by (each agent class enters it when defined: ``register_agent``).
 
 The algorithm never lives here: each agent file reads top to bottom on its own. PPO and the
 off-policy agents validate their configs (``check_config``), build Adam (``make_adam``) and name
@@ -32,7 +33,6 @@ import hashlib
 import importlib
 import math
 import numbers
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Sequence
 
@@ -41,8 +41,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from podracer import checkpoints
+from podracer import checkpoints, deprecation
+# deprecated_alias lives in podracer.deprecation; finance.env still imports it from here.
+from podracer.deprecation import deprecated_alias, renamed_fields, renamed_keys  # noqa: F401
 from podracer.envs.base import resolve_device
+from podracer.plugins import load_domains
 
 
 # ---------------------------------------------------------------------------- networks
@@ -174,20 +177,19 @@ def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = 
     """Build config ``cls`` from ``base`` (or defaults) plus ``overrides``; an unknown key is an
     error that lists the valid ones, never silently ignored.
 
-    A renamed field keeps its old name for one minor version: a config class lists
-    ``aliases: ClassVar[dict[str, str]] = {"old": "new"}`` and an old key is mapped to the new one
-    with a ``FutureWarning`` (so YAML files and checkpoints written before the rename still load;
-    a checkpoint passes ``warn_renamed=False``: it is data, not the user's code to mend).
+    A renamed field keeps its old name until its removal version: the old key is mapped to the new
+    one with the ``FutureWarning`` of ``podracer.deprecation`` (the table's rows
+    ``"<Config>.<old>"``). ``warn_renamed=False`` for a caller that reports the old names itself
+    (a checkpoint: ``AgentBase.from_checkpoint``).
     """
     overrides = dict(overrides or {})
-    for old, new in getattr(cls, "aliases", {}).items():
+    for old, row in renamed_fields(cls).items():
         if old in overrides:
-            if new in overrides:
-                raise ValueError(f"{cls.__name__}: give {new!r} only ({old!r} is its deprecated name)")
+            if row.new_short in overrides:
+                raise ValueError(f"{cls.__name__}: give {row.new_short!r} only ({old!r} is its deprecated name)")
             if warn_renamed:
-                warnings.warn(f"{cls.__name__} field {old!r} is renamed {new!r}; the old name will be removed in "
-                              f"podracer 1.2", FutureWarning, stacklevel=3)
-            overrides[new] = overrides.pop(old)
+                deprecation.warn(row.old, stacklevel=3)
+            overrides[row.new_short] = overrides.pop(old)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
@@ -195,33 +197,6 @@ def make_config(cls: type, overrides: dict[str, Any] | None = None, base: Any = 
     if base is not None:
         return dataclasses.replace(base, **overrides)
     return cls(**overrides)
-
-
-class deprecated_alias:
-    """A class attribute for a renamed attribute: ``nets = deprecated_alias("model")``. Reading or
-    setting the old name warns (FutureWarning) and forwards to the new one. Renames keep the old
-    name for one minor version (the README's API page states the rule)."""
-
-    def __init__(self, new_name: str):
-        self.new_name = new_name
-        self.old_name = "?"
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.old_name = name
-
-    def _warn(self, obj: Any) -> None:
-        warnings.warn(f"{type(obj).__name__}.{self.old_name} is renamed {self.new_name!r}; the old name will be "
-                      f"removed in podracer 1.2", FutureWarning, stacklevel=3)
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return self
-        self._warn(obj)
-        return getattr(obj, self.new_name)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        self._warn(obj)
-        setattr(obj, self.new_name, value)
 
 
 def restore_generator(generator: torch.Generator, state: torch.Tensor, saved_device_type: str | None) -> None:
@@ -355,13 +330,36 @@ def action_bounds(agent: str, space: gym.Space, finite: bool = True) -> ActionBo
     return ActionBounds(low, high, scale, bias)
 
 
-# ---------------------------------------------------------------------------- base class
-# How a checkpoint names its agent class, and how that name is resolved again. These defaults
-# know import paths only; podracer.agents.registry, the top of this package and always imported
-# with it, replaces both with its own (registry names such as "ppo"), so that this module imports
-# no agent and no registry.
-def checkpoint_agent_name(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+# ---------------------------------------------------------------------------- the agent registry
+# Registry name -> agent class. Every AgentBase subclass that declares its own ``name`` is entered
+# here when its class statement runs (``AgentBase.__init_subclass__``), ours and a domain's alike;
+# ``register_agent`` enters one under another name. ``resolve_agent`` and ``agent_name`` read it,
+# so save, load and the tournament know the same names whatever was imported first.
+_AGENT_CLASSES: dict[str, type] = {}
+
+
+def register_agent(cls: type, name: str | None = None) -> type:
+    """Make ``resolve_agent(name)`` (default ``cls.name``) return the agent class ``cls``; returns
+    ``cls``. A subclass of ``AgentBase`` that sets its own ``name`` is registered when defined, so
+    this is for a class registered under another name. Registering a name twice is an error unless
+    it is the same class, or the same ``module:Class`` defined again (a re-run notebook cell, a reload)."""
+    if not (isinstance(cls, type) and issubclass(cls, AgentBase)):
+        raise TypeError(f"{cls!r} is not an agent class (a subclass of podracer.AgentBase)")
+    key = (name if name is not None else cls.__dict__.get("name", "")).lower()
+    if not key or ":" in key:
+        raise ValueError(f"an agent's registry name must be non-empty without ':', got {key!r} for {cls.__qualname__}")
+    old = _AGENT_CLASSES.get(key)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"agent name {key!r} is already registered to {old.__module__}:{old.__qualname__}; "
+                         f"give {cls.__qualname__} another name")
+    _AGENT_CLASSES[key] = cls
+    return cls
+
+
+def registered_agents() -> dict[str, type]:
+    """Registry name -> agent class, for every agent defined so far (the installed domains' agents
+    appear once their package is imported; a lookup that misses imports them)."""
+    return dict(_AGENT_CLASSES)
 
 
 def import_path(path: str) -> Any:
@@ -375,16 +373,57 @@ def import_path(path: str) -> Any:
     return obj
 
 
-resolve_checkpoint_agent = import_path
+def resolve_agent(agent: str | type) -> type:
+    """The agent class for a registry name (``"ppo"``), an ``"module:Class"`` path, or a class.
+    A name not registered yet imports the installed domains once (``podracer.plugins``) and looks
+    again. Anything that is not an agent class (a subclass of ``AgentBase``) is refused."""
+    if isinstance(agent, str):
+        if ":" in agent:
+            cls = import_path(agent)
+        else:
+            if agent.lower() not in _AGENT_CLASSES:
+                load_domains()  # a domain's agent registers when its package is imported
+            if agent.lower() not in _AGENT_CLASSES:
+                raise ValueError(f"unknown agent {agent!r}; available: {sorted(_AGENT_CLASSES)}, or an import path "
+                                 f"'package.module:Class' of your own AgentBase subclass")
+            cls = _AGENT_CLASSES[agent.lower()]
+    else:
+        cls = agent
+    if not (isinstance(cls, type) and issubclass(cls, AgentBase)):
+        raise TypeError(f"{agent!r} is not an agent class (a subclass of podracer.AgentBase)")
+    return cls
 
 
+def agent_name(agent: str | type) -> str:
+    """The name stored for ``agent`` in checkpoints and tournament files: its registry name, else
+    ``"module:Class"``. A class the pod processes or a later ``load`` could not import (defined in
+    a notebook cell or a function) is an error that says how to fix it."""
+    cls = resolve_agent(agent)  # fail now, with the resolver's message
+    if isinstance(agent, str) and ":" not in agent:
+        return agent.lower()
+    names = [name for name, registered in _AGENT_CLASSES.items() if registered is cls]
+    if names:
+        own = str(cls.__dict__.get("name", "")).lower()
+        return own if own in names else names[0]
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        raise ValueError(f"agent class {cls.__qualname__} must be importable by name to be saved or run in pods: "
+                         f"define it in a .py module (not a notebook cell or a function)")
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+# ---------------------------------------------------------------------------- base class
 class AgentBase:
     """Construction, config handling and save/load shared by all agents. PPO subclasses it
     directly; the off-policy agents through ``offpolicy.OffPolicyAgent``, which owns their replay
     collection and state."""
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # the registry name; a subclass that sets its own is registered when defined
     config_cls: ClassVar[type] = object
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):  # its own name, not one inherited (a subclass of SAC is not "sac")
+            register_agent(cls)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: Any = None,
                  device: str | torch.device = "cpu"):
@@ -463,7 +502,7 @@ class AgentBase:
     # -- persistence
     def checkpoint(self) -> dict[str, Any]:
         return {
-            "agent": checkpoint_agent_name(type(self)),  # registry name, else "module:Class"
+            "agent": agent_name(type(self)),  # registry name, else "module:Class"
             "config": dataclasses.asdict(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
@@ -479,8 +518,10 @@ class AgentBase:
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], device: str | torch.device | None = None) -> "AgentBase":
-        agent_cls = resolve_checkpoint_agent(ckpt["agent"]) if cls is AgentBase else cls
-        config = make_config(agent_cls.config_cls, ckpt["config"], warn_renamed=False)
+        agent_cls = resolve_agent(ckpt["agent"]) if cls is AgentBase else cls
+        # Written before a rename: it loads (one warning naming the old keys), not a config error.
+        config = make_config(agent_cls.config_cls, renamed_keys(ckpt["config"], agent_cls.config_cls),
+                             warn_renamed=False)
         agent = agent_cls(space_from_dict(ckpt["observation_space"]), space_from_dict(ckpt["action_space"]),
                           config, device=device or "cpu")
         agent.load_state_dict(ckpt["state"])

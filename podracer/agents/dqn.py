@@ -16,23 +16,16 @@ Key equations (B a minibatch from the replay buffer, theta' the target network):
 - exploration:       epsilon-greedy, epsilon decays linearly from ``start_e`` to ``end_e``
                      over ``exploration_steps`` env steps
 
-Our deviations and choices:
+Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
+timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
+in the replay buffer, presets as data), and:
 - Vector observations and an MLP, Adam instead of RMSProp; defaults from CleanRL's
   classic-control ``dqn.py`` where the Atari paper has no counterpart.
 - Squared error, not the paper's Huber (error clipping): with frequent target updates and rare
   terminal transitions (~4% on CartPole), the clipped gradient could not pull the terminal
   values down and Q diverged in our runs; the squared error stayed bounded.
-- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
-  observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
-- Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
-  (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
-- Warm-up (uniform random actions) lasts until the replay buffer has collected
-  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
-  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
 - The registry's "double_dqn" and "d3qn" are this agent with other config defaults
   (``DoubleDQN``, ``D3QN`` below); checkpoints record which.
-- Presets tuned for speed on batched envs are data: ``podracer/presets/dqn.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
@@ -68,8 +61,6 @@ class DQNConfig:
     end_e: float = field(default=0.05, metadata={"mutable": (0.0, 0.2)})  # final ε; 0-0.2
     exploration_steps: int = 250_000  # env steps (all sub-envs) over which ε decays linearly
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
-
-    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes", "lr": "learning_rate"}  # 0.1 names
 
     def __post_init__(self) -> None:
         check_offpolicy_config(self, positive=("learning_rate",), unit_interval=("start_e", "end_e"),

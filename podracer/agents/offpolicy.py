@@ -16,13 +16,29 @@ only its config, networks, losses, ``update(batch)`` and ``act``.
 - state: ``state_dict`` / ``load_state_dict`` (model, optimizer, generator, counters, optionally
   the buffer; checkpoints from podracer 0.1 included) and ``set_hparams``, which pushes learning
   rates into the optimizer's param groups;
-- the 0.1 attribute names ``nets``, ``optim``, ``rng``, ``env_steps`` (FutureWarning until 1.2).
+- the 0.1 attribute names ``nets``, ``optim``, ``rng``, ``env_steps`` (``podracer.deprecation``).
 
-Warm-up and updates are gated on the replay buffer, not on the step count: a loaded agent whose
-checkpoint had no buffer (``save_buffer=False``, the default, and every tournament generation)
-refills it with uniform random actions and does no update until it holds
-``max(learning_starts, batch_size)`` transitions, instead of sampling its first batches from a
-handful of transitions.
+Our deviations from the papers, the same for SAC, TD3, DDPG and DQN (each agent's docstring
+lists only its own and points here):
+
+- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
+  observation ``info["final_obs"]`` (the replay buffer stores it as ``next_obs``).
+- Many sub-envs step together; ``updates_per_step`` gradient updates are done per env
+  transition (summed over sub-envs), interleaved with the vector steps of a ``train_step``.
+- Warm-up and updates are gated on the replay buffer, not on the step count: uniform random
+  actions until it has collected ``learning_starts`` transitions, no update until it holds
+  ``max(learning_starts, batch_size)``. So a loaded agent whose checkpoint had no buffer
+  (``save_buffer=False``, the default, and every tournament generation) refills it before it
+  learns again, instead of sampling its first batches from a handful of transitions.
+- One fused update (SAC, TD3, DDPG): the critics', the actor's (and SAC's temperature's) losses
+  are summed, one backward pass and one Adam step with a named parameter group each (each with
+  its own learning rate). The actor's loss sees the critics' parameters detached, so each loss
+  moves only its own parameters and each gradient equals the one a separate backward pass gives;
+  the actor's gradient comes from the critics before (not after) this update's critic step.
+  Fewer, larger kernels: this is what makes small networks fast on a CPU. tests/test_offpolicy.py
+  checks one update against two plain optimizers stepped on the same batch.
+- The presets, tuned for speed on batched envs, are data: ``podracer/presets/<agent>.yaml``
+  (``podracer.get_preset``).
 
 Also here: ``DeterministicPolicyAgent``, the acting DDPG and TD3 share, and as plain functions the
 TD target and the critic's regression loss, the same for all four algorithms.
@@ -37,12 +53,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from podracer.agents.common import (AgentBase, ActionBounds, action_bounds, check_config, deprecated_alias,
-                                    make_adam, require_space, restore_generator)
+from podracer.agents.common import (AgentBase, ActionBounds, action_bounds, check_config, make_adam, require_space,
+                                    restore_generator)
 from podracer.agents.replay import Batch, ReplayBuffer
-
-# Checkpoint keys written by podracer 0.1, and their 1.0 names.
-OLD_STATE_KEYS = {"nets": "model", "optim": "optimizer", "rng": "generator", "env_steps": "global_step"}
+from podracer.deprecation import deprecated_alias, renamed_keys
 
 
 def check_offpolicy_config(cfg: Any, **kinds: tuple[str, ...]) -> None:
@@ -89,7 +103,7 @@ class OffPolicyAgent(AgentBase):
     """
 
     action_space_type: ClassVar[type[gym.Space]] = gym.spaces.Box  # or gym.spaces.Discrete
-    # The 0.1 attribute names still work until 1.2, with a FutureWarning.
+    # The 0.1 attribute names (and checkpoint keys) still work, with the warning of podracer.deprecation.
     nets = deprecated_alias("model")
     optim = deprecated_alias("optimizer")
     rng = deprecated_alias("generator")
@@ -201,7 +215,7 @@ class OffPolicyAgent(AgentBase):
         """Restore what ``state_dict`` wrote, saved on any device, or by podracer 0.1 (keys
         ``nets``, ``optim``, ``rng``, ``env_steps``). The buffer is restored only if the checkpoint
         has one; without it the agent warms up again (see the module docstring)."""
-        state = {OLD_STATE_KEYS.get(k, k): v for k, v in state.items()}
+        state = renamed_keys(state, OffPolicyAgent)
         self.model.load_state_dict(state["model"])
         # A copy: torch's loader keeps the given moment tensors, which would tie this agent's Adam
         # state to the caller's (to another live agent's, for ``b.load_state_dict(a.state_dict())``).

@@ -2,11 +2,13 @@
 ``load_agent``.
 
 The top of the agents package: it imports the algorithm files, they never import it. Each class
-says its registry name (``PPO.name == "ppo"``) and the table is built from those names.
+says its registry name (``PPO.name == "ppo"``) and registers itself under it when defined
+(``AgentBase.__init_subclass__`` in ``common.py``), as a domain's agent does; ``AGENTS`` describes
+the agents Podracer ships.
 
 ``resolve_agent`` takes a registry name, a ``"module:Class"`` import path or a class; the
 checkpoint writer, ``load_agent`` and the tournament all use it (``agent_name`` goes the other
-way).
+way). Both live in ``common.py`` beside the base class, so ``AgentBase.load`` needs nothing else.
 
 Presets are data, as RL Zoo keeps its hyperparameters: YAML files of the form
 ``agent -> task -> {num_envs, total_steps, provenance, config}``. The core's are in
@@ -22,8 +24,9 @@ from typing import Any, NamedTuple
 import torch
 import yaml
 
-from podracer.agents import common
-from podracer.agents.common import AgentBase, import_path, make_config
+from podracer import deprecation
+from podracer.agents.common import (AgentBase, agent_name, import_path, make_config, register_agent,
+                                    registered_agents, resolve_agent)
 from podracer.agents.ddpg import DDPG
 from podracer.agents.dqn import D3QN, DQN, DoubleDQN
 from podracer.agents.ppo import PPO
@@ -49,50 +52,9 @@ _PAPERS = {
 AGENTS: dict[str, tuple[str, str, str]] = {
     cls.name: (f"{cls.__module__}:{cls.__qualname__}", *_PAPERS[cls.name]) for cls in _CLASSES
 }
-_BY_NAME: dict[str, type[AgentBase]] = {cls.name: cls for cls in _CLASSES}
-
-
-def resolve_agent(agent: str | type) -> type:
-    """The agent class for a registry name (``"ppo"``), an ``"module:Class"`` path, or a class.
-    Anything that is not an agent class (a subclass of ``AgentBase``) is refused."""
-    if isinstance(agent, str):
-        if ":" in agent:
-            cls = import_path(agent)
-        elif agent.lower() in _BY_NAME:
-            cls = _BY_NAME[agent.lower()]
-        else:
-            raise ValueError(f"unknown agent {agent!r}; available: {sorted(AGENTS)}, or an import path "
-                             f"'package.module:Class' of your own AgentBase subclass")
-    else:
-        cls = agent
-    if not (isinstance(cls, type) and issubclass(cls, AgentBase)):
-        raise TypeError(f"{agent!r} is not an agent class (a subclass of podracer.AgentBase)")
-    return cls
-
-
-def get_agent_class(name: str) -> type:
-    """Same as ``resolve_agent`` (kept: the 0.1 name)."""
-    return resolve_agent(name)
-
-
-def agent_name(agent: str | type) -> str:
-    """The name stored for ``agent`` in checkpoints and tournament files: its registry name, else
-    ``"module:Class"``. A class the pod processes or a later ``load`` could not import (defined in
-    a notebook cell or a function) is an error that says how to fix it."""
-    cls = resolve_agent(agent)  # fail now, with the resolver's message
-    if isinstance(agent, str) and ":" not in agent:
-        return agent.lower()
-    if _BY_NAME.get(cls.__dict__.get("name", "")) is cls:
-        return cls.name
-    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
-        raise ValueError(f"agent class {cls.__qualname__} must be importable by name to be saved or run in pods: "
-                         f"define it in a .py module (not a notebook cell or a function)")
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-# A checkpoint names its class by registry name or path; the base class resolves it through here.
-common.resolve_checkpoint_agent = resolve_agent
-common.checkpoint_agent_name = agent_name
+"""The agent registry: name -> (``module:Class``, the action spaces it takes, its paper)."""
+# The 0.1 name of resolve_agent; it warns from 1.2 on (podracer.get_agent_class already did).
+get_agent_class = deprecation.renamed_function("podracer.agents.get_agent_class", resolve_agent)
 
 
 def load_agent(path: str | Path, device: str | torch.device | None = None) -> AgentBase:
@@ -277,4 +239,5 @@ def _announce(agent: str, task: str, preset: Preset, num_envs: int, overrides: d
 
 
 __all__ = ["AGENTS", "Preset", "agent_name", "find_preset", "get_agent_class", "get_preset", "import_path",
-           "load_agent", "make_agent", "presets", "register_preset", "register_presets", "resolve_agent"]
+           "load_agent", "make_agent", "presets", "register_agent", "register_preset", "register_presets",
+           "registered_agents", "resolve_agent"]

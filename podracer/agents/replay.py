@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from podracer.agents.common import deprecated_alias, restore_generator
+from podracer.agents.common import restore_generator
+from podracer.deprecation import deprecated_alias, renamed_keys
 
 
 class Batch(NamedTuple):
@@ -118,14 +119,14 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` wrote, saved on any device; keeps the newest rows if this
         buffer is smaller. Also reads 0.1 states (generator under ``"rng"``, no ``num_added``)."""
+        state = renamed_keys(state, ReplayBuffer, "this checkpoint's replay buffer")
         size = min(int(state["obs"].shape[0]), self.capacity)
         if size:
             for name, store in zip(self.FIELDS, self._fields()):
                 store[:size] = state[name][-size:].to(self.device)
         self.pos, self.size = size % self.capacity, size
         self.num_added = int(state.get("num_added", state["obs"].shape[0]))
-        restore_generator(self.generator, state["generator"] if "generator" in state else state["rng"],
-                          state.get("generator_device"))
+        restore_generator(self.generator, state["generator"], state.get("generator_device"))
 
     def __repr__(self) -> str:
         return f"ReplayBuffer(size={self.size}, capacity={self.capacity}, device={self.device})"

@@ -11,25 +11,12 @@ Key equations (B a minibatch from the replay buffer, a' ~ pi(.|s') freshly sampl
 The policy is a tanh-squashed Gaussian scaled to the Box bounds, a = c + s * tanh(u), with the
 change-of-variables correction log pi(a) = log N(u) - sum log(s * (1 - tanh(u)^2)).
 
-Our deviations and choices:
-- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
-  observation ``info["final_obs"]`` (the replay buffer stores it as ``next_obs``).
-- Many sub-envs step together; ``updates_per_step`` gradient updates are done per env
-  transition (summed over sub-envs), interleaved with the vector steps of a ``train_step``.
-- Warm-up (uniform random actions) lasts until the replay buffer has collected
-  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
-  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
+Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
+timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
+in the replay buffer, one fused actor-critic update, presets as data), and:
 - The two critics are one ensemble network (batched matmuls), not two modules: same maths,
   half the kernel launches.
-- Critics, actor and temperature step together: their three losses are summed, one backward
-  pass and one Adam step (three parameter groups, each with its own learning rate). The actor's
-  loss sees the critics' parameters detached, so each loss moves only its own parameters and
-  the gradients equal the separate ones; the actor's gradient comes from the critics before
-  (not after) this update's critic step. Fewer, larger kernels: this is what makes small
-  networks fast on a CPU.
 - The log-std is squashed into [-5, 2] with a tanh (as CleanRL) rather than hard-clipped.
-- Presets tuned for speed on batched envs are data: ``podracer/presets/sac.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
@@ -66,8 +53,6 @@ class SACConfig:
     updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
     num_steps: int = 50  # T, vector steps per train_step call
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
-
-    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
     def __post_init__(self) -> None:
         check_offpolicy_config(self, positive=("actor_lr", "critic_lr", "alpha_lr"))
@@ -128,17 +113,19 @@ def soft_value(model: SACModel, next_obs: torch.Tensor, generator: torch.Generat
     return q_next - model.log_alpha.exp() * next_logprob
 
 
-def actor_loss(model: SACModel, obs: torch.Tensor, generator: torch.Generator
+def actor_loss(model: SACModel, obs: torch.Tensor, actions: torch.Tensor, logprob: torch.Tensor
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    actions, logprob = model.actor.sample(obs, generator)
+    """mean_B (alpha * log pi(a~|s) - min_k Q_k(s, a~)) for reparameterised ``actions`` a~ and their
+    ``logprob``; the critics' parameters are detached (only the actor learns from it)."""
     q = model.critic(obs, actions, detach_params=True).min(dim=0).values
     loss = (model.log_alpha.exp().detach() * logprob - q).mean()
-    return loss, {"loss/actor": loss.detach(), "charts/entropy": -logprob.detach().mean(), "logprob": logprob.detach()}
+    return loss, {"loss/actor": loss.detach(), "charts/entropy": -logprob.detach().mean()}
 
 
 def alpha_loss(log_alpha: torch.Tensor, logprob: torch.Tensor, target_entropy: float
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    loss = -(log_alpha * (logprob + target_entropy)).mean()
+    """-mean_B log(alpha) * (log pi(a~|s) + H_target); ``logprob`` is detached (only alpha learns)."""
+    loss = -(log_alpha * (logprob.detach() + target_entropy)).mean()
     return loss, {"loss/alpha": loss.detach()}
 
 
@@ -174,9 +161,9 @@ class SAC(OffPolicyAgent):
         m, cfg = self.model, self.config
         targets = td_target(batch.rewards, batch.terminated, soft_value(m, batch.next_obs, self.generator), cfg.gamma)
         loss, info = critic_loss(m.critic(batch.obs, batch.actions), targets)
-        loss_pi, info_pi = actor_loss(m, batch.obs, self.generator)
+        actions, logprob = m.actor.sample(batch.obs, self.generator)  # a~, reparameterised: (B, act_dim), (B,)
+        loss_pi, info_pi = actor_loss(m, batch.obs, actions, logprob)
         loss = loss + loss_pi
-        logprob = info_pi.pop("logprob")
         info.update(info_pi)
         if cfg.autotune:
             loss_alpha, info_alpha = alpha_loss(m.log_alpha, logprob, self.target_entropy)

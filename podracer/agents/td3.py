@@ -11,23 +11,11 @@ Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 
                            then theta' <- tau * theta + (1 - tau) * theta' for actor and critics
 - exploration:             a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
 
-Our deviations and choices:
-- Only ``terminated`` stops the bootstrap; at a timeout the target uses the true last
-  observation ``info["final_obs"]`` (stored by the replay buffer as ``next_obs``).
-- Many sub-envs step together; ``updates_per_step`` gradient updates per env transition
-  (summed over sub-envs) are interleaved with the vector steps of a ``train_step``.
-- Warm-up (uniform random actions) lasts until the replay buffer has collected
-  ``learning_starts`` transitions, and updates wait until it has ``max(learning_starts,
-  batch_size)``: counted in the buffer, not in env steps, so an agent loaded without its
-  buffer refills it before it learns again (``offpolicy.OffPolicyAgent``).
+Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
+timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
+in the replay buffer, one fused actor-critic update, presets as data), and:
 - The two critics are one ensemble network (batched matmuls): same maths, fewer kernel launches.
 - The actor and its exploration are DDPG's (``common.DeterministicActor``).
-- Critic and actor step together: their losses are summed, one backward pass and one Adam
-  step (two parameter groups with their own learning rates). The actor's loss sees the
-  critic's parameters detached, so each loss moves only its own parameters and the gradients
-  equal the separate ones; the actor's gradient comes from the critic before (not after) this
-  update's critic step. Fewer, larger kernels: this is what makes small networks fast on a CPU.
-- Presets tuned for speed on batched envs are data: ``podracer/presets/td3.yaml`` (``podracer.get_preset``).
 """
 
 from __future__ import annotations
@@ -62,8 +50,6 @@ class TD3Config:
     updates_per_step: float = 1.0  # gradient updates per env transition (summed over sub-envs); 0.01-4
     num_steps: int = 50  # T, vector steps per train_step call
     save_buffer: bool = False  # include the replay buffer in state_dict / checkpoints
-
-    aliases: ClassVar[dict[str, str]] = {"hidden": "hidden_sizes"}  # 0.1 names
 
     def __post_init__(self) -> None:
         check_offpolicy_config(self, positive=("actor_lr", "critic_lr"),
