@@ -2,6 +2,7 @@
 not a corrupt one), tickets, and many processes writing at once. Also selection and PBT
 mutation, which read the board."""
 
+import ctypes
 import multiprocessing as mp
 import os
 import random
@@ -303,10 +304,21 @@ def test_a_killed_writers_log_in_a_read_only_folder_is_read_from_a_copy(tmp_path
     assert [e.score for e in copy.entries()] == [-1.0]  # the committed update in the -wal is there
 
 
+def _without_dac_override() -> None:
+    """In a child of root, before exec: drop CAP_DAC_OVERRIDE from its bounding set, so the program it
+    execs runs as root without it and file permissions bind it (Linux ``prctl(PR_CAPBSET_DROP)``)."""
+    pr_capbset_drop, cap_dac_override = 24, 1  # from <linux/prctl.h> and <linux/capability.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_capbset_drop, cap_dac_override, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE) failed")
+
+
 @pytest.mark.slow  # a fresh interpreter imports torch: ~4 s
 def test_a_real_read_only_folder_opens_for_a_user_who_cannot_write_it(tmp_path):
     """The issue's case with real permissions: a store chmod'ed read-only, opened by a user who
-    cannot write it. As root (who writes anyway) the check runs as `nobody` through setpriv."""
+    cannot write it. As root (who writes anyway) the reader runs without CAP_DAC_OVERRIDE, the
+    capability that lets root ignore permissions, so chmod binds it as any user (no setpriv needed,
+    and it can still read an interpreter installed under root's own 0700 home)."""
     store = Path(tempfile.mkdtemp(prefix="podracer-ro-"))  # /tmp/pytest-of-root is 0700: nobody could not enter
     try:
         _archived_store(store)
@@ -317,11 +329,10 @@ def test_a_real_read_only_folder_opens_for_a_user_who_cannot_write_it(tmp_path):
                 "try:\n    board.set_budget(1)\nexcept ReadOnlyBoardError:\n    pass\n"
                 "print(board.read_only, board._uri.rsplit('?', 1)[1], [e.score for e in board.top(2)])")
         command = [sys.executable, "-c", code, str(store)]
-        if os.geteuid() == 0:
-            if shutil.which("setpriv") is None:
-                pytest.skip("running as root without setpriv: no way to drop to a user that chmod binds here")
-            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=str(store))
+        if os.geteuid() == 0 and not sys.platform.startswith("linux"):
+            pytest.skip("root on a system without Linux capabilities: root writes a read-only folder there")
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=str(store),
+                                preexec_fn=_without_dac_override if os.geteuid() == 0 else None)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.split("\n")[-2] == "True immutable=1 [-10.0, -20.0]"
         assert sorted(p.name for p in store.iterdir()) == ["board.sqlite", "checkpoints"]  # nothing written

@@ -44,6 +44,11 @@ RAY_CLIENT_REFUSED = ("address={address!r} is a Ray Client address, which the ra
 
 @dataclasses.dataclass
 class TournamentConfig:
+    """Every setting of a tournament run, the fields of the store's ``tournament.yaml``: the agent and
+    its preset, the budget (pods, generations or entries or time), selection and mutation (PBT), the
+    backend and its resources, storage. ``Tournament(**config)`` takes the same names; the comment
+    beside each field in ``podracer/tournament/config.py`` says what it does."""
+
     agent: str = "ppo"  # registry name ("ppo") or import path "package.module:Class"
     agent_config: dict[str, Any] = field(default_factory=dict)  # overrides of the agent's config fields
     preset: str | None = "auto"  # make_agent's preset: "auto" (the env's task), a task name, or None (defaults)

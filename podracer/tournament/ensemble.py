@@ -12,6 +12,9 @@ import torch
 
 
 class Ensemble:
+    """Several agents as one policy: the mean action (Box) or the majority vote (Discrete), deterministic
+    by default. ``Tournament.ensemble(k)`` builds one from the board's best ``k`` entries."""
+
     def __init__(self, agents: Sequence[Any]):
         if not agents:
             raise ValueError("an ensemble needs at least one agent; is the leaderboard empty?")

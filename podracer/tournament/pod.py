@@ -45,6 +45,7 @@ from podracer.evaluate import evaluate
 from podracer.train import iterate_training, seed_everything
 from podracer.tournament.config import TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
+from podracer.tournament.protocol import PodBoard
 from podracer.tournament.selection import mutate, mutation_scales, select_parent, superseded_removed
 
 TENSORBOARD_DIR = "tb"  # a store's TensorBoard logs: tb/pod-<id>, one run per pod (tensorboard --logdir store/tb)
@@ -67,9 +68,9 @@ class PodSpec:
     board: Callable[[], Any] | None = None  # opens the pod's leaderboard (set by the backend); None: Leaderboard(store)
     reporter: Callable[[], Any] | None = None  # opens the pod's metrics sink (set by the backend); see open_reporter
 
-    def open_board(self) -> Any:
-        """The leaderboard this pod claims from and submits to: ``claim``, ``top``, ``load_agent``,
-        ``submit``, ``set_pod`` and ``release_tickets`` behave as ``Leaderboard``'s."""
+    def open_board(self) -> PodBoard:
+        """The leaderboard this pod claims from and submits to (``protocol.PodBoard``: ``claim``, ``top``,
+        ``load_agent``, ``submit``, ... behave as ``Leaderboard``'s)."""
         return Leaderboard(self.store) if self.board is None else self.board()
 
     def open_reporter(self) -> Any:

@@ -2,9 +2,10 @@
 
 Nodes share no filesystem, so the SQLite store stays on the driver's node and one actor pinned
 there (``LeaderboardServer``) owns it through the same ``Leaderboard`` class the local backend
-uses. Pods reach it through ``RemoteLeaderboard``, a thin client with the ``Leaderboard`` methods
-pods call (``claim``, ``top``, ``load_agent``, ``submit``, ``set_pod``, ``release_tickets``), so a
-pod does not know which backend runs it::
+uses. Pods reach it through ``RemoteLeaderboard``, a client with the ``Leaderboard`` methods pods
+call (``protocol.PodBoard``: ``claim``, ``top``, ``load_agent``, ``submit``, ``set_pod``, ...), so a
+pod does not know which backend runs it. Both are generic over ``PodBoard``'s list: the server
+forwards each method to its ``Leaderboard``, the client sends each to the server, retried::
 
     head node (the driver's)                                      any node
     Tournament ── Leaderboard(store) ── board.sqlite, checkpoints/
@@ -48,9 +49,11 @@ tagged with the pod and store, in Prometheus through each node's metrics agent) 
 
 Which Ray: one already initialised in this process is used as it is; else ``config.address`` or
 ``$RAY_ADDRESS`` is joined; else a local instance is started (``start_local_ray``: dashboard off,
-quiet logs; a notebook calls it to start one Ray for several tournaments). An address that
-does not answer fails after ``connect_timeout_s`` (``wait_for_cluster``) instead of Ray's
-endless retries, and one whose token auth refuses this driver fails at once, naming the token
+quiet logs; a notebook calls it to start one Ray for several tournaments; a start that times
+out on a busy machine is tried again once). An address that does not answer fails after
+``connect_timeout_s`` (``wait_for_cluster``) instead of Ray's endless retries, one where nothing
+listens (the connection is refused) fails at once, and one whose token auth refuses this driver
+fails at once, naming the token
 (``token_refused``). The backend shuts down only what it started. The driver must run on a node
 of the cluster (the store lives next to it): a Ray Client address (``ray://``) is refused.
 """
@@ -60,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import json
 import logging
 import os
@@ -68,16 +72,18 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy, NotIn
 
 from podracer import checkpoints
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
+from podracer.logs import announce
 from podracer.tournament.config import RAY_CLIENT_REFUSED, TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard
 from podracer.tournament.pod import TENSORBOARD_DIR, PodSpec, Scalar, TensorBoardLog, pod_main
+from podracer.tournament.protocol import POD_BOARD_METHODS, PodBoard
 from podracer.tournament.storage import DirectCheckpoints
 
 POD_LOST_EXIT_CODE = -signal.SIGKILL  # a pod actor whose process is gone: reported like a SIGKILLed local pod
@@ -107,7 +113,9 @@ def verified_checkpoint(data: bytes, checksum: str, source: str, device: str = "
 
 # ---------------------------------------------------------------------------- the store's actor and its client
 class LeaderboardServer:
-    """Owns the store on the head node (a Ray actor pinned there) and serves the calls pods make."""
+    """Owns the store on the head node (a Ray actor pinned there) and serves the calls pods make:
+    each ``PodBoard`` method (``protocol.py``) is forwarded to the store's ``Leaderboard``
+    (``_forwarded``), except ``submit``, which receives the checkpoint as bytes and checks them."""
 
     def __init__(self, store: str):
         self.board = Leaderboard(store)
@@ -137,44 +145,30 @@ class LeaderboardServer:
             self.tensorboard[pod] = TensorBoardLog(self.board.store / TENSORBOARD_DIR / f"pod-{pod}")
         self.tensorboard[pod].report(scalars)
 
-    def claim(self, pod: int) -> int | None:
-        return self.board.claim(pod)
-
-    def top(self, k: int) -> list[Entry]:
-        return self.board.top(k)
-
-    def get(self, entry_id: int) -> Entry:
-        return self.board.get(entry_id)
-
-    def checkpoint_bytes(self, entry_id: int) -> bytes:
-        """The stored file's bytes (the head's store, else its storage), unchecked: the pod verifies them on arrival."""
-        return self.board.checkpoint_bytes(entry_id)
-
-    def record(self, checkpoint: str, checksum: str, size: int, score: float, **fields: Any) -> Entry:
-        """The row of a checkpoint the pod wrote to storage itself (``storage.DirectCheckpoints``)."""
-        return self.board.record(checkpoint, checksum, size, score, **fields)
-
-    def direct_checkpoints(self) -> DirectCheckpoints:
-        return self.board.direct_checkpoints()
-
     def submit(self, data: bytes, checksum: str, score: float, **fields: Any) -> Entry:
         ckpt = verified_checkpoint(data, checksum, f"from pod {fields.get('pod')} (ticket {fields.get('ticket')})")
         return self.board.submit(ckpt, score, **fields)
 
-    def mark_corrupt(self, entry_id: int) -> None:
-        self.board.mark_corrupt(entry_id)
 
-    def set_pod(self, pod: int, **fields: Any) -> None:
-        self.board.set_pod(pod, **fields)
+def _forwarded(name: str) -> Callable[..., Any]:
+    """The server's method ``name``: ``Leaderboard.<name>`` on the store, errors raised as they are
+    (the pod's ``RemoteLeaderboard`` raises them again). Checkpoints (``checkpoint_bytes``) leave
+    unchecked: the pod verifies them on arrival."""
 
-    def release_tickets(self, pod: int | None = None) -> int:
-        return self.board.release_tickets(pod)
+    def method(self: LeaderboardServer, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.board, name)(*args, **kwargs)
+
+    method.__name__, method.__qualname__ = name, f"LeaderboardServer.{name}"
+    method.__doc__ = f"``Leaderboard.{name}`` on the store (``PodBoard.{name}``)."
+    return method
 
 
 class RemoteLeaderboard:
-    """The board as a pod under Ray sees it: ``Leaderboard``'s methods that pods call, each a call
-    to the ``LeaderboardServer`` actor. Picklable (it holds only the actor's handle). Errors raised
-    by the server (``TicketError``, ``CheckpointError``, ``KeyError``) are raised here as they are."""
+    """The board as a pod under Ray sees it: every ``PodBoard`` method, each a call to the
+    ``LeaderboardServer`` actor through ``_call`` (``_remote``), except those that work on this side
+    (``submit`` sends the checkpoint as bytes, ``load_checkpoint`` checks the bytes that arrive,
+    ``load_agent`` builds the agent from them). Picklable (it holds only the actor's handle). Errors raised by the
+    server (``TicketError``, ``CheckpointError``, ``KeyError``) are raised here as they are."""
 
     def __init__(self, server: Any):
         self.server = server
@@ -217,15 +211,6 @@ class RemoteLeaderboard:
             return self._call_once("entry_of", kwargs["ticket"], kwargs.get("pod"))
         return None
 
-    def claim(self, pod: int) -> int | None:
-        return self._call("claim", pod)
-
-    def top(self, k: int = 10) -> list[Entry]:
-        return self._call("top", k)
-
-    def get(self, entry_id: int) -> Entry:
-        return self._call("get", entry_id)
-
     def submit(self, agent: Any, score: float, **fields: Any) -> Entry:
         """As ``Leaderboard.submit``; the checkpoint goes to the server as bytes with their sha256."""
         ckpt = agent if isinstance(agent, dict) else agent.checkpoint()
@@ -263,17 +248,33 @@ class RemoteLeaderboard:
         ckpt = self.load_checkpoint(entry, device or "cpu")
         return resolve_agent(entry.agent).from_checkpoint(ckpt, device=device)
 
-    def mark_corrupt(self, entry_id: int) -> None:
-        self._call("mark_corrupt", entry_id)
-
-    def set_pod(self, pod: int, **fields: Any) -> None:
-        self._call("set_pod", pod, **fields)
-
-    def release_tickets(self, pod: int | None = None) -> int:
-        return self._call("release_tickets", pod)
-
     def log_scalars(self, pod: int, scalars: list[Scalar]) -> None:
+        """A pod's metrics, for the server to write to TensorBoard files in the store (``RayReporter``)."""
         self._call("log_scalars", pod, scalars)
+
+
+def _remote(name: str) -> Callable[..., Any]:
+    """The client's method ``name``: ``PodBoard.<name>``'s signature and docstring, its arguments
+    checked here and passed as the protocol orders them (a retried ``claim`` finds its pod), run on
+    the server through ``_call`` (retried while the server restarts)."""
+    declared = getattr(PodBoard, name)
+    signature = inspect.signature(declared)
+
+    @functools.wraps(declared)
+    def method(self: RemoteLeaderboard, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        return self._call(name, *bound.args[1:], **bound.kwargs)
+
+    method.__qualname__ = f"RemoteLeaderboard.{name}"
+    return method
+
+
+for _name in POD_BOARD_METHODS:  # a new PodBoard method: served and called with no line here
+    if _name not in vars(LeaderboardServer):
+        setattr(LeaderboardServer, _name, _forwarded(_name))
+    if _name not in vars(RemoteLeaderboard):
+        setattr(RemoteLeaderboard, _name, _remote(_name))
+del _name
 
 
 class RayReporter:
@@ -331,6 +332,7 @@ class RayPod:
     exitcode: int | None = None
     lost_at: float | None = None  # time.monotonic() when its actor was found gone: the verdict is pending
     fault: str | None = None  # NODE_LOST or NEVER_STARTED when its death is not its own failure
+    killed: bool = False  # the driver killed it (RayBackend.kill): its end needs no verdict from Ray
 
 
 def pod_actor_name(store: str | Path, pod_id: int) -> str:
@@ -354,6 +356,7 @@ class RayBackend:
         self.requested = False  # request_pods asked the autoscaler for nodes: withdrawn by close()
         self.cooling: dict[str, float] = {}  # node id -> when it last lost a pod (COOL_DOWN_S)
         self.local_board = Leaderboard(self.store)  # the driver's own view of the store, for pod errors
+        self.waiting, self.waiting_checked = 0, -float("inf")  # pods the live nodes cannot hold, last said
         try:
             here = ray.get_runtime_context().get_node_id()  # the store is on this node's disk
             self.server = ray.remote(LeaderboardServer).options(
@@ -403,6 +406,7 @@ class RayBackend:
         if handle.exitcode is not None:
             return handle.exitcode
         self.placement.check()  # raises once pods have waited too long for a node that can host them
+        self._report_waiting()
         if handle.lost_at is None:
             if not ray.wait([handle.done], timeout=0)[0]:
                 return None
@@ -410,6 +414,8 @@ class RayBackend:
             if code != POD_LOST_EXIT_CODE:
                 return self._ended(handle, code, error)
             handle.lost_at = time.monotonic()
+        if handle.killed:  # by the driver: Ray's word would be "killed by ray.kill", a fault's; the driver says why
+            return self._ended(handle, POD_LOST_EXIT_CODE, None)
         death = classify_death(actor_record(handle.actor), live_nodes(), draining_nodes())
         if death.wait_s > time.monotonic() - handle.lost_at:
             return None  # Ray may yet find its node dead: decide then, and place no replacement there meanwhile
@@ -417,6 +423,29 @@ class RayBackend:
         if death.node:
             self.cooling[death.node] = time.monotonic()
         return self._ended(handle, POD_LOST_EXIT_CODE, death.message)
+
+    def _report_waiting(self) -> None:
+        """Say, once per change, how many pods wait for resources the live nodes lack (spot nodes that
+        came back smaller, pods added beyond the cluster) and what is missing; checked every
+        ``PLACEMENT_CHECK_S``. Ray itself keeps such actors pending without a word."""
+        now = time.monotonic()
+        if now - self.waiting_checked < PLACEMENT_CHECK_S:
+            return
+        self.waiting_checked = now
+        running = [h.done for h in self.pods if h.exitcode is None and h.lost_at is None and not h.killed]
+        ended = ray.wait(running, num_returns=len(running), timeout=0)[0] if running else []
+        active = len(running) - len(ended)  # a pod lost with its node is not waiting: it is gone
+        hosted = sum(pods_on_node(n["Resources"], self.threads, self.config.gpus_per_pod)
+                     for n in ray.nodes() if n["Alive"])
+        waiting = max(0, active - hosted)
+        if waiting == self.waiting:
+            return
+        if waiting:
+            announce(waiting_message(waiting, active, pod_bundle(self.threads, self.config.gpus_per_pod),
+                                     ray.available_resources()))
+        elif active:
+            announce(f"no pod is waiting for resources now ({active} running)")
+        self.waiting = waiting
 
     def _ended(self, handle: RayPod, code: int, error: str | None) -> int:
         handle.exitcode = code
@@ -431,6 +460,7 @@ class RayBackend:
         return handle.fault
 
     def kill(self, handle: RayPod) -> None:
+        handle.killed = True
         ray.kill(handle.actor, no_restart=True)
 
     def join(self, handle: RayPod, timeout: float | None = None) -> None:
@@ -498,7 +528,8 @@ def connect(config: TournamentConfig) -> bool:
     return True
 
 
-def start_local_ray(num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
+def start_local_ray(num_cpus: int | None = None, num_gpus: int | None = None,
+                    runtime_env: dict[str, Any] | None = None) -> bool:
     """Start a local Ray instance in this process unless Ray is running in it already; True when
     this call started it (then ``ray.shutdown()`` is yours to call), False when it kept the running one.
 
@@ -506,7 +537,10 @@ def start_local_ray(num_cpus: int | None = None, num_gpus: int | None = None) ->
     (``ray.init()`` would join that one and then refuse ``num_cpus``). ``num_cpus`` (default: this
     machine's CPUs) is what Ray *believes* it has, a logical resource it places actors by, not a limit
     on what they use; ``num_gpus=0`` makes a Ray without GPU even on a machine with one (``None``:
-    Ray detects them). Dashboard off, warnings and errors only."""
+    Ray detects them). ``runtime_env`` is Ray's (what the workers get: env vars, code). Dashboard
+    off, warnings and errors only. On a busy machine Ray's node may not come up within its 30 s
+    ("The current node timed out during startup"): what it started is stopped and it is tried again
+    once, as the tests' ``ray start`` is; a second time-out says what to do."""
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
         raise ValueError(f"num_cpus must be a whole number, at least 1, or None (this machine's CPUs), "
                          f"got {num_cpus!r}")
@@ -514,9 +548,47 @@ def start_local_ray(num_cpus: int | None = None, num_gpus: int | None = None) ->
         raise ValueError(f"num_gpus must be a whole number, 0 or more, or None (Ray detects them), got {num_gpus!r}")
     if ray.is_initialized():
         return False
-    ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
-             logging_level=logging.WARNING, log_to_driver=True)
-    return True
+    options = dict(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
+                   include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+    if runtime_env is not None:
+        options["runtime_env"] = runtime_env
+    for attempt in range(1, START_ATTEMPTS + 1):
+        before = _descendants()
+        try:
+            ray.init(**options)
+            return True
+        except Exception as e:
+            if STARTUP_TIMED_OUT not in str(e):
+                raise
+            for pid in _descendants() - before:  # the half-started node's processes: the next try starts its own
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if attempt == START_ATTEMPTS:
+                raise RuntimeError(LOCAL_RAY_TIMED_OUT.format(attempts=START_ATTEMPTS, error=e)) from e
+    raise AssertionError("unreachable")
+
+
+START_ATTEMPTS = 2  # a local Ray whose start timed out is tried once more
+STARTUP_TIMED_OUT = "timed out during startup"  # Ray's words when its node did not come up (a busy machine)
+LOCAL_RAY_TIMED_OUT = (
+    "the local Ray did not start, {attempts} times ({error}): this machine is too busy for Ray to start its "
+    "processes within its 30 s. Free some CPUs and run again, or start Ray once yourself, when the machine is "
+    "quieter, and join it: `ray start --head` in a shell, then address='auto' (or RAY_ADDRESS=auto)")
+
+
+def _descendants() -> set[int]:
+    """Pids of this process's descendants (Linux ``/proc``; empty elsewhere)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
 
 
 def pod_threads(config: TournamentConfig) -> int:
@@ -613,6 +685,22 @@ def autoscaled(status: bytes | str | None) -> bool:
     return any(not str(t).startswith("node_") for t in types)
 
 
+def waiting_message(waiting: int, pods: int, asked: dict[str, float], free: dict[str, float]) -> str:
+    """What to say when ``waiting`` of a run's ``pods`` cannot be placed: each pod asks for ``asked``
+    (``pod_bundle``: CPUs, GPUs, any custom resource), the cluster has ``free`` now
+    (``ray.available_resources()``); the resources short of one pod's ask are named as missing."""
+    def amounts(resources: dict[str, float]) -> str:
+        return ", ".join(f"{resources.get(name, 0):g} {name}" for name in asked)
+
+    missing = [f"{name} ({amount:g} asked, {free.get(name, 0):g} free)" for name, amount in asked.items()
+               if free.get(name, 0) + 1e-9 < amount]
+    text = (f"{waiting} of {pods} pods {'is' if waiting == 1 else 'are'} waiting for resources: each asks for "
+            f"{amounts(asked)}; the cluster has {amounts(free)} free")
+    text += f"; missing: {', '.join(missing)}" if missing else " (not all on one node)"
+    return text + ". They start when a node with room joins or another pod ends; a smaller threads_per_pod or " \
+                  "gpus_per_pod fits more"
+
+
 def pod_bundle(threads: int, gpus: float) -> dict[str, float]:
     """The resources one pod asks Ray for."""
     return {"CPU": threads, **({"GPU": gpus} if gpus else {})}
@@ -640,7 +728,8 @@ def request_resources(**kwargs: Any) -> None:
 def wait_for_cluster(address: str, timeout_s: float) -> str:
     """The GCS address of the cluster at ``address`` (``"auto"``: the one started on this machine),
     once it accepts connections. Ray itself would retry "Failed to get cluster ID from GCS" for
-    minutes: after ``timeout_s`` this raises a ConnectionError that names the fix. A cluster with
+    minutes: after ``timeout_s`` this raises a ConnectionError that names the fix; a refused
+    connection (nothing listens there) raises it at once, as no wait would help. A cluster with
     token auth that refuses this process (no token, or another one) is a ConnectionError at once:
     ray.init would retry for 20 s, then fail without saying why."""
     from ray._private.services import canonicalize_bootstrap_address_or_die
@@ -656,6 +745,11 @@ def wait_for_cluster(address: str, timeout_s: float) -> str:
         try:
             with socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
                 break
+        except ConnectionRefusedError as e:  # the host answered: nothing listens on that port, no wait helps
+            raise ConnectionError(
+                f"no Ray cluster answers at address={address!r} ({resolved}: connection refused ({e.errno}): nothing "
+                f"listens on port {port}): start it (ray start --head --port={port}) or fix address= or $RAY_ADDRESS; "
+                f"a refusal is final, so connect_timeout_s={timeout_s:g} s was not waited") from None
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise ConnectionError(

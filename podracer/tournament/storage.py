@@ -33,18 +33,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import sqlite3
 import tempfile
 import threading
 import uuid
 import warnings
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # leaderboard.py imports this module: the board is only a type here
-    from podracer.tournament.leaderboard import Leaderboard
+from podracer.tournament import schema
 
 SNAPSHOT = "board.sqlite"
 CONFIG = "tournament.yaml"
@@ -57,6 +54,19 @@ _OPEN: dict[str, "Storage"] = {}  # cached(): one filesystem per URI and process
 # the head only records its row (Leaderboard.record), when the run has a storage_path; smaller
 # ones travel through the head's LeaderboardServer. benchmarks/board_throughput.py measured why.
 DIRECT_BYTES = 8 * 2**20
+
+
+class MirroredBoard(Protocol):
+    """What mirroring needs of a ``Leaderboard`` (which imports this module, so it is not named here)."""
+
+    store: Path
+    checkpoint_dir: Path
+
+    def backup(self, dest: str | Path) -> Path: ...
+
+    def meta(self, key: str) -> Any: ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
 
 
 def checkpoint_name(generation: int, pod: int) -> str:
@@ -183,7 +193,7 @@ class Storage:
         return self._path(str(parent / f".{name}.{uuid.uuid4().hex[:8]}.part"))
 
     # ------------------------------------------------------------------------ the store
-    def push(self, board: "Leaderboard") -> dict[str, int]:
+    def push(self, board: MirroredBoard) -> dict[str, int]:
         """Mirror ``board``'s store here: snapshot, new checkpoints, config, then the snapshot.
         Returns ``{"checkpoints": uploaded now, "bytes": their bytes and the snapshot's}``."""
         with tempfile.TemporaryDirectory(prefix="podracer-sync-") as tmp:
@@ -257,7 +267,7 @@ class StorageSync:
     which size pods write checkpoints there themselves (``direct_bytes``, ``DirectCheckpoints``).
     ``storage=None``: does nothing."""
 
-    def __init__(self, board: "Leaderboard", storage: Storage | None, every_s: float = 60.0,
+    def __init__(self, board: MirroredBoard, storage: Storage | None, every_s: float = 60.0,
                  direct_bytes: int = DIRECT_BYTES):
         self.board, self.storage, self.every_s, self.direct_bytes = board, storage, every_s, direct_bytes
         self._stop = threading.Event()
@@ -318,21 +328,18 @@ def restore(uri: str, local_store: str | Path | None = None) -> Path:
     local = Path(local_store) if local_store is not None else Path("runs") / PurePosixPath(storage.root).name
     with tempfile.TemporaryDirectory(prefix="podracer-restore-") as tmp:
         snapshot = storage.download(SNAPSHOT, Path(tmp) / SNAPSHOT)
-        if not _keep_local(local, uri, _query(snapshot, "SELECT COUNT(*) FROM entries")[0][0]):
+        with schema.read_file(snapshot) as db:
+            remote_entries = schema.count_entries(db)
+        if not _keep_local(local, uri, remote_entries):
             _replace_board(local, snapshot)
     if storage.exists(CONFIG):
         storage.download(CONFIG, local / CONFIG)
-    for (rel,) in _query(local / SNAPSHOT, "SELECT checkpoint FROM entries"):
+    with schema.read_file(local / SNAPSHOT) as db:
+        names = schema.checkpoints(db)
+    for rel in names:
         if not (local / rel).exists() and storage.exists(rel):
             storage.download(rel, local / rel)
     return local
-
-
-def _query(board: Path, sql: str) -> list[tuple]:
-    """Rows of a board file, read without writing anything (this module cannot import Leaderboard:
-    leaderboard.py imports it)."""
-    with contextlib.closing(sqlite3.connect(f"{board.resolve().as_uri()}?mode=ro", uri=True)) as db:
-        return db.execute(sql).fetchall()
 
 
 def _keep_local(local: Path, uri: str, remote_entries: int) -> bool:
@@ -340,12 +347,13 @@ def _keep_local(local: Path, uri: str, remote_entries: int) -> bool:
     unrelated board there is refused rather than overwritten."""
     if not (local / SNAPSHOT).exists():
         return False
-    rows = _query(local / SNAPSHOT, f"SELECT value FROM meta WHERE key = '{STORAGE_KEY}'")
-    mirrored = json.loads(rows[0][0]) if rows else None
+    with schema.read_file(local / SNAPSHOT) as db:
+        mirrored = schema.meta(db, STORAGE_KEY)
     if mirrored != uri:
         raise ValueError(f"{local} holds another board (mirrored to {mirrored!r}, not {uri!r}); restore into an "
                          f"empty folder: Tournament.from_store({uri!r}, local_store='...')")
-    return _query(local / SNAPSHOT, "SELECT COUNT(*) FROM entries")[0][0] >= remote_entries
+    with schema.read_file(local / SNAPSHOT) as db:
+        return schema.count_entries(db) >= remote_entries
 
 
 def _replace_board(local: Path, snapshot: Path) -> None:

@@ -258,9 +258,11 @@ class Tournament:
             run.free_slots.add(slot)  # the next pod started takes this slot, and its failure count
             fault = backend.fault(handle) if code != 0 else None
             if pod in run.cancelled or fault:  # killed on purpose before it started, or its node lost
-                board.set_pod(pod, status="cancelled" if pod in run.cancelled else "preempted", exitcode=code,
-                              ended_at=time.time())
-                if pod not in run.cancelled:
+                if pod in run.cancelled:  # why, in the pods table: not the backend's word for a kill (a fault's)
+                    board.set_pod(pod, status="cancelled", exitcode=code, ended_at=time.time(),
+                                  error=run.cancelled[pod])
+                else:
+                    board.set_pod(pod, status="preempted", exitcode=code, ended_at=time.time())
                     warnings.warn(f"pod {pod} ended ({fault}: not counted as a failure); its current generation is "
                                   f"lost and a new pod takes its place:\n{board.pod_error(pod)}", RuntimeWarning,
                                   stacklevel=4)
@@ -315,14 +317,24 @@ class Tournament:
         """Kill the pods that should stop but never started (no pid yet): a pod waiting for
         resources (a Ray actor no node can place) would otherwise keep the run from ending. They
         hold no ticket: nothing is lost."""
-        candidates = (set(run.handles) if winding_down else run.stopping) - run.cancelled
+        candidates = (set(run.handles) if winding_down else run.stopping) - run.cancelled.keys()
         if not candidates:
             return
         pids = self.board.pods()["pid"]
         for pod in candidates:
             if pod in pids.index and pids.isna()[pod]:
                 backend.kill(run.handles[pod])
-                run.cancelled.add(pod)
+                run.cancelled[pod] = self._cancel_reason(run, winding_down)
+
+    def _cancel_reason(self, run: "_RunState", winding_down: bool) -> str:
+        """What the pods table says of a pod cancelled before it started (the run's end, not a fault)."""
+        if not winding_down:
+            return "cancelled before it started: removed from the run (remove_pods)"
+        if run.out_of_time:
+            return f"cancelled before it started: the run's time_budget of {self.config.time_budget:g} s was spent"
+        if self._stop.is_set():
+            return "cancelled before it started: the run was asked to stop"
+        return f"cancelled before it started: the board holds its budget of {self.config.budget} entries"
 
     def _kill_all(self, backend: Any, run: "_RunState") -> None:
         """Ctrl-C or an error: kill the pods now. Their tickets are released, their files without
@@ -379,7 +391,7 @@ class _RunState:
     start: float  # time.monotonic() when run() began
     handles: dict[int, Any] = dataclasses.field(default_factory=dict)  # pod id -> backend handle
     stopping: set[int] = dataclasses.field(default_factory=set)  # pods asked to stop after their generation
-    cancelled: set[int] = dataclasses.field(default_factory=set)  # pods killed before they started
+    cancelled: dict[int, str] = dataclasses.field(default_factory=dict)  # pods killed before they started: why
     slots: dict[int, int] = dataclasses.field(default_factory=dict)  # running pod id -> its slot (max_failures)
     free_slots: set[int] = dataclasses.field(default_factory=set)  # slots of pods that ended, for the next ones
     failures: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # slot -> failures
