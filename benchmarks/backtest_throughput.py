@@ -17,7 +17,7 @@ strategy sharing its cash, one order per column on the first row.
 Both compute the same thing, and the script asserts it (final values equal to 1e-6 of the
 initial cash, share counts identical):
 
-- fill at the close of the first row (the env's default ``execution="close"``; vectorbt's
+- fill at the close of the first row (``execution="close"``, the env's default up to 1.1.0; vectorbt's
   default price is the close);
 - cost: 0.1% of the traded value, paid on top of it (``cost_pct=1e-3``; ``fees=1e-3``);
 - whole shares ``floor(w * cash / (1 + cost) / price)``: vectorbt gets ``size_type="value"``
@@ -86,7 +86,7 @@ class FixedWeights:
 def ours(close: pd.DataFrame, weights: np.ndarray, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
     """(final values (N,), shares held (N, S)) from one batched env."""
     env = StockTradingVecEnv(close, num_envs=len(weights), device=device, initial_cash=CASH,
-                             max_trade_shares=MAX_SHARES, cost_pct=COST)
+                             max_trade_shares=MAX_SHARES, cost_pct=COST, execution="close")  # vectorbt's fill
     _, info = env.reset()
     policy = FixedWeights(weights, env)
     buy = policy(info)

@@ -1,7 +1,7 @@
 """Podracer finance: real prices, causal features, a batched stock-trading env, honest backtests.
 
 Data flows ``load_prices -> add_features / turbulence -> split_by_date -> StockTradingVecEnv ->
-train -> backtest``. See notebooks 05, 06 and 10. Importing ``finance`` registers the
+train -> backtest``. See notebooks 06, 07 and 11. Importing ``finance`` registers the
 ``stock_trading`` env, its agent presets (``finance/presets.yaml``) and the demo's env factories
 with podracer (``finance.presets``).
 """
@@ -31,8 +31,8 @@ from finance.backtest import (BENCHMARK_METRICS, METRICS, BacktestResult, BuyAnd
 # Market model: fill timing, cost models and margin accounts for the env (docs/trading_realism.md);
 # compare_execution backtests one policy under each.
 from finance.costs import BorrowFee, CostModel, FixedPerTrade, HalfSpread, Proportional, SqrtImpact
-from finance.env import EXECUTIONS
-from finance.execution import Margin
+from finance.env import DEFAULT_EXECUTION, EXECUTIONS, OptimisticExecutionWarning
+from finance.execution import Financing, Margin
 from finance.market import compare_execution
 
 # Walk-forward: refit on moving training windows, trade each next window out of sample, stitch.
@@ -49,6 +49,16 @@ from finance.overfitting import (PBOResult, deflated_sharpe_ratio, expected_max_
 # SPA, StepM).
 from finance.statistics import (SharpeDifference, SPAResult, lo_sharpe_ratio, minimum_track_record_length,
                                 sharpe_difference_test, spa_test)
+
+# Markets with planted skill: synthetic panels whose returns a known signal predicts with a chosen
+# information coefficient, so an agent's true skill is known (benchmarks/selection_power.py).
+from finance.planted import (PLANTED_STRENGTHS, PlantedMarket, conditional_mean_return, planted_market,
+                             planted_prices, signal_sharpe)
+
+# Choosing among candidates on held-out returns: validation schemes (one split, consecutive windows,
+# combinatorial purged cross-validation) x scores (mean, Sharpe, its lower bound, PSR, DSR).
+from finance.validation import (SCORES, CombinatorialPurged, ConsecutiveWindows, Selection, SingleSplit, Split,
+                                select, select_on, window_scores)
 
 # The interactive backtest: one function per setting (policy, dates, cost, turbulence, cash) and its panel.
 # (ipywidgets is imported only when the panel is built.)
@@ -71,7 +81,7 @@ __all__ = [
     "risk_metric_names",
     # market model
     "BorrowFee", "CostModel", "FixedPerTrade", "HalfSpread", "Proportional", "SqrtImpact", "EXECUTIONS", "Margin",
-    "compare_execution",
+    "compare_execution", "DEFAULT_EXECUTION", "OptimisticExecutionWarning", "Financing",
     # walk-forward
     "RebalancePolicy", "WalkForwardResult", "walk_forward",
     # overfitting
@@ -81,6 +91,12 @@ __all__ = [
     # comparing strategies
     "SharpeDifference", "SPAResult", "lo_sharpe_ratio", "minimum_track_record_length", "sharpe_difference_test",
     "spa_test",
+    # planted skill
+    "PLANTED_STRENGTHS", "PlantedMarket", "conditional_mean_return", "planted_market", "planted_prices",
+    "signal_sharpe",
+    # validation schemes and scores
+    "SCORES", "CombinatorialPurged", "ConsecutiveWindows", "Selection", "SingleSplit", "Split", "select", "select_on",
+    "window_scores",
     # interactive backtest
     "Controls", "interactive_backtest", "run_backtest",
 ]

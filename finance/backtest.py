@@ -55,8 +55,10 @@ from podracer import as_policy
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe", "sortino", "max_drawdown",
            "calmar", "turnover", "costs")
+"""The columns of ``BacktestResult.metrics()``, in order."""
 # metrics(benchmark=...) adds these; metrics(risk=True) adds risk_metric_names(var_level).
 BENCHMARK_METRICS = ("excess_return", "alpha", "beta", "information_ratio", "tracking_error")
+"""The columns ``metrics(benchmark=...)`` adds."""
 VAR_LEVEL = 0.95  # historical VaR and CVaR: the worst 5% of bars
 MIN_BARS_TO_ANNUALISE = 20  # fewer returns than this (a month of days) make annual figures an extrapolation
 
@@ -81,6 +83,10 @@ class BacktestResult:
         costs: (D,) transaction costs paid at each day's close; None for a plain series.
         close: (D, S) closes of the period (for weights and traded value).
         baselines: other strategies on the same dates, by name.
+        execution: the fill timing it traded under (``"next_close"``, ``"next_open"``, ``"close"``),
+            None for a plain series; ``"close"`` is optimistic, and ``optimistic`` and the plot say so.
+        risk_free: ``metrics()``'s default risk-free rate: a backtest of an env with
+            ``financing=`` sets it to that cash rate per bar (one setting for both); else 0.
         bars_per_year: bars per year for annualisation; None (the default) infers it from
             ``account_value``'s dates (``finance.trading_calendar.bars_per_year``: 252 daily,
             1764 hourly NYSE bars), 252 without dates; a calendar name (``"24/7"``, ``"XLON"``)
@@ -95,6 +101,14 @@ class BacktestResult:
     close: pd.DataFrame | None = None
     baselines: dict[str, "BacktestResult"] = dataclasses.field(default_factory=dict)
     bars_per_year: int | None = None
+    execution: str | None = None
+    risk_free: float | pd.Series = 0.0
+
+    @property
+    def optimistic(self) -> bool:
+        """True when it filled at the close its policy had just observed (``execution="close"``):
+        an upper bound no trader can get; the default ``"next_close"`` fills a bar later."""
+        return self.execution == "close"
 
     def __post_init__(self) -> None:
         if not isinstance(self.account_value, pd.Series):
@@ -120,7 +134,8 @@ class BacktestResult:
             raise ValueError(f"{self.name!r} has no trades (a plain value series)")
         return (self.trades.abs() * self.close).sum(axis=1)
 
-    def metrics(self, risk_free: float | pd.Series = 0.0, benchmark: "BacktestResult | pd.Series | str | None" = None,
+    def metrics(self, risk_free: float | pd.Series | None = None,
+                benchmark: "BacktestResult | pd.Series | str | None" = None,
                 *, risk: bool = False, var_level: float = VAR_LEVEL) -> pd.Series:
         """Performance of the account value, via empyrical, annualised with ``bars_per_year``.
 
@@ -134,6 +149,7 @@ class BacktestResult:
             risk_free: r_f, a constant annual rate (0.04 for 4%, compounded to a per-bar
                 (1 + r_f)^(1/bars_per_year) - 1), or a Series of per-bar risk-free returns on the
                 result's dates (each bar's return of a T-bill). Enters the Sharpe, Sortino and alpha.
+                None: the result's ``risk_free`` (the env's ``financing`` cash rate, or 0).
             benchmark: adds ``BENCHMARK_METRICS``. A ``BacktestResult``, the name of one of this
                 result's baselines (``"index"``, ``"equal_weight"``), or a Series: prices or
                 values (every value > 0; the last one on or before each date is used) or per-bar
@@ -161,7 +177,7 @@ class BacktestResult:
                           f"Calmar extrapolate them to {b:g} bars a year and say little below "
                           f"{MIN_BARS_TO_ANNUALISE}. Use cumulative_return, or a longer period", CalendarWarning,
                           stacklevel=2)
-        excess = r - self._risk_free(risk_free, r.index)
+        excess = r - self._risk_free(self.risk_free if risk_free is None else risk_free, r.index)
         turnover = costs = float("nan")
         if self.trades is not None:
             turnover = float((self.traded_value() / self.account_value).mean() * b)
@@ -302,7 +318,8 @@ class BacktestResult:
             rs = res.rolling_sharpe(sharpe_window)
             ax_rs.plot(rs.index, rs.to_numpy(), label=res.name, **style)
         ax_eq.set_ylabel("growth of 1")
-        ax_eq.set_title(f"{self.name}: account value vs baselines (same dates, same costs)")
+        caveat = " [execution='close': optimistic fills]" if self.optimistic else ""
+        ax_eq.set_title(f"{self.name}: account value vs baselines (same dates, same costs){caveat}")
         ax_eq.legend(loc="upper left", fontsize="small")
         ax_eq.grid(alpha=0.3)
         ax_dd.set_ylabel("drawdown")
@@ -345,7 +362,8 @@ class BacktestResult:
     def __repr__(self) -> str:
         v = self.account_value
         return (f"BacktestResult({self.name!r}, {v.index[0]} .. {v.index[-1]}, {len(v)} bars, "
-                f"final value {v.iloc[-1]:,.2f}, baselines {list(self.baselines)})")
+                f"final value {v.iloc[-1]:,.2f}, baselines {list(self.baselines)}"
+                f"{', execution=close (optimistic)' if self.optimistic else ''})")
 
 
 def drawdown_durations(values: pd.Series) -> tuple[int, float]:
@@ -617,7 +635,8 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
     co = pd.Series(np.append(run["costs"], 0.0), index=dates, name="costs")
     value = pd.Series(run["values"], index=dates, name=name)
     close = env.close_frame()
-    result = BacktestResult(name, value, positions, tr, co, close, bars_per_year=bars_per_year)
+    result = BacktestResult(name, value, positions, tr, co, close, bars_per_year=bars_per_year,
+                            execution=env.execution)
     bars_per_year = result.bars_per_year  # inferred once, shared by the baselines
     if baselines:
         ic, c = env.initial_cash, env.cost_pct
@@ -635,15 +654,21 @@ def backtest(policy: Any, env_or_close: StockTradingVecEnv | pd.DataFrame, featu
             result.baselines["min_variance"] = hold(min_variance_weights(train_close[tickers]), "min_variance")
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, dates, ic, "index", bars_per_year)
+    if env.financing is not None:  # the metrics' risk-free rate is the cash rate the account earned
+        rf = env.financing.risk_free(dates)
+        for r in (result, *result.baselines.values()):
+            r.risk_free = rf
     return result
 
 
 # ---------------------------------------------------------------------------- target-weight portfolios
 def rebalanced(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, cost_pct: float = 1e-3,
-               execution: str = "close", name: str = "rebalanced", bars_per_year: int | None = None) -> BacktestResult:
+               execution: str = "next_close", name: str = "rebalanced",
+               bars_per_year: int | None = None) -> BacktestResult:
     """Rebalance to the constant ``weights`` (one per stock, the rest in cash) at every close, paying
     ``cost_pct`` of the traded value, from 1.0 in cash: the constant-mix portfolio as ``PortfolioVecEnv``
-    trades it (``execution="next_close"``: the first trade is at day 1's close, as a one-bar delay puts it).
+    trades it (``execution="next_close"``, the default: the first trade is at day 1's close, as a
+    one-bar delay puts it; ``"close"``: from day 0's, optimistic).
 
     Closed form, with ``g_d = close[d+1] / close[d]`` and ``G_d = w . g_d + w_cash`` the mix's growth
     over day d: before the trade at close d the prices have drifted the stock weights to
@@ -675,7 +700,8 @@ def rebalanced(close: pd.DataFrame, weights: Iterable[float] | np.ndarray, cost_
     positions[-1] = positions[-2]
     held = pd.DataFrame(positions, index=close.index, columns=close.columns)
     return BacktestResult(name, pd.Series(value, index=close.index, name=name), held, held.diff().fillna(held),
-                          pd.Series(costs, index=close.index, name="costs"), close, bars_per_year=bars_per_year)
+                          pd.Series(costs, index=close.index, name="costs"), close, bars_per_year=bars_per_year,
+                          execution=execution)
 
 
 def play_portfolio(policy: Any, env: PortfolioVecEnv) -> dict[str, np.ndarray]:
@@ -731,7 +757,7 @@ def backtest_portfolio(policy: Any, env: PortfolioVecEnv, *, benchmark: pd.Serie
     positions = pd.DataFrame(run["holdings"], index=dates, columns=env.tickers)
     result = BacktestResult(name, pd.Series(run["values"], index=dates, name=name), positions,
                             positions.diff().fillna(positions), pd.Series(run["costs"], index=dates, name="costs"),
-                            close, bars_per_year=bars_per_year)
+                            close, bars_per_year=bars_per_year, execution=env.execution)
     if baselines:
         rules = dict(cost_pct=env.cost_pct, execution=env.execution, bars_per_year=result.bars_per_year)
         S = env.num_stocks
@@ -745,7 +771,7 @@ def backtest_portfolio(policy: Any, env: PortfolioVecEnv, *, benchmark: pd.Serie
 
 
 def compare(*items: BacktestResult | pd.Series | dict, include_baselines: bool = True,
-            bars_per_year: int | None = None, risk_free: float | pd.Series = 0.0,
+            bars_per_year: int | None = None, risk_free: float | pd.Series | None = None,
             benchmark: BacktestResult | pd.Series | str | None = None, risk: bool = False,
             var_level: float = VAR_LEVEL) -> pd.DataFrame:
     """A metrics table, one row per strategy.

@@ -30,7 +30,9 @@ exposure down by one factor ``f`` in [0, 1] (``finance.execution``). That needs 
 changes when an order shrinks: a model whose cost is convex in the order size and zero at zero
 (the proportional, spread, impact and borrow models: ``cost(f q) <= f cost(q)``) is budgeted in
 proportion; one with ``fixed = True`` (the ticket fee) is budgeted in full, whatever ``f``. A new
-model must be one or the other, or a fill can overdraw.
+model must be one or the other, or a fill can overdraw. Budgeting in proportion is exact for a
+linear cost; for a convex one (``linear = False``: ``SqrtImpact``) it is only a lower bound on
+``f``, so the fill then solves for the largest ``f`` that fits by bisection from that bound.
 ``rate`` is the part of a model that is a fixed fraction of traded value (``pct``, ``spread / 2``):
 what a sizing rule such as ``finance.backtest.BuyAndHoldPolicy`` budgets with (the env's
 ``cost_pct``).
@@ -58,11 +60,38 @@ def _check_rate(value: Any, name: str, high: float = np.inf) -> float:
     return value
 
 
+def _check_per_stock(value: Any, name: str, high: float = np.inf) -> float | tuple[float, ...]:
+    """A rate for every stock (a number) or one per stock (a sequence, kept as a tuple of floats)."""
+    if isinstance(value, (list, tuple, np.ndarray, pd.Series, torch.Tensor)):
+        values = np.asarray(value.cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64).ravel()
+        if len(values) == 0:
+            raise ValueError(f"{name} per stock must hold one value per stock, got an empty sequence")
+        return tuple(_check_rate(float(v), name, high) for v in values)
+    return _check_rate(value, name, high)
+
+
+def _check_length(model: "CostModel", field: str, num_stocks: int) -> None:
+    value = getattr(model, field)
+    if isinstance(value, tuple) and len(value) != num_stocks:
+        raise ValueError(f"{type(model).__name__} {field} has {len(value)} values, one per stock, and the data has "
+                         f"{num_stocks} stocks; pass a single number or one value per ticker, in the data's order")
+
+
+def _as_row(value: float | tuple[float, ...], like: torch.Tensor) -> float | torch.Tensor:
+    """A number as is, a per-stock tuple as a (S,) tensor like ``like``: both broadcast over (N, S)."""
+    return value if isinstance(value, float) else torch.as_tensor(value, dtype=like.dtype, device=like.device)
+
+
+def _largest(value: float | tuple[float, ...]) -> float:
+    return value if isinstance(value, float) else max(value)
+
+
 # ---------------------------------------------------------------------------- the interface
 class CostModel:
     """The interface (module doc). Subclasses override ``trade_costs`` or ``holding_costs``."""
 
     fixed: bool = False  # True: the cost of an order does not shrink with it (budgeted in full)
+    linear: bool = True  # False: convex but not proportional in the order size (SqrtImpact); the fill solves for f
     needs_volume: bool = False  # True: bind() needs daily volume
     on_trades: bool = True  # prices trades (trade_costs)
     on_holdings: bool = False  # prices positions held (holding_costs)
@@ -163,14 +192,18 @@ class FixedPerTrade(CostModel):
     A fill short of cash budgets the fee of every order in full (``fixed``). A sell worth less than
     its fee lowers the cash; in a cash account that can leave it below zero by at most the fees."""
 
-    fee: float = 1.0
+    fee: Any = 1.0  # a number, or one per stock
     fixed = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fee", _check_rate(self.fee, "FixedPerTrade fee"))
+        object.__setattr__(self, "fee", _check_per_stock(self.fee, "FixedPerTrade fee"))
+
+    def bind(self, close: torch.Tensor, volume: torch.Tensor | None) -> "FixedPerTrade":
+        _check_length(self, "fee", close.shape[1])
+        return self
 
     def trade_costs(self, shares: torch.Tensor, prices: torch.Tensor, day: torch.Tensor) -> torch.Tensor:
-        return (shares > 0).to(prices.dtype) * self.fee
+        return (shares > 0).to(prices.dtype) * _as_row(self.fee, prices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,17 +211,22 @@ class HalfSpread(CostModel):
     """``spread / 2 * q * p``: every fill crosses half the quoted bid-ask ``spread``, a fraction of the
     price (``spread=1e-3`` is 10 bp, about right for US large caps; small caps pay 10x that)."""
 
-    spread: float = 1e-3
+    spread: Any = 1e-3  # a number, or one per stock (small caps 10x large caps)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "spread", _check_rate(self.spread, "HalfSpread spread", 2.0))
+        object.__setattr__(self, "spread", _check_per_stock(self.spread, "HalfSpread spread", 2.0))
 
     @property
     def rate(self) -> float:
-        return self.spread / 2
+        """Half the spread; per stock, the widest (what a sizing rule budgets with never falls short)."""
+        return _largest(self.spread) / 2
+
+    def bind(self, close: torch.Tensor, volume: torch.Tensor | None) -> "HalfSpread":
+        _check_length(self, "spread", close.shape[1])
+        return self
 
     def trade_costs(self, shares: torch.Tensor, prices: torch.Tensor, day: torch.Tensor) -> torch.Tensor:
-        return shares * prices * (self.spread / 2)
+        return shares * prices * (_as_row(self.spread, prices) / 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +247,7 @@ class SqrtImpact(CostModel):
     sigma: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)  # (T, S) once bound
     adv: torch.Tensor | None = dataclasses.field(default=None, repr=False, compare=False)  # (T, S) once bound
     needs_volume = True
+    linear = False  # q^1.5: budgeting in proportion would leave cash unspent; the fill solves for f
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eta", _check_rate(self.eta, "SqrtImpact eta"))
@@ -236,17 +275,24 @@ class BorrowFee(CostModel):
     the value shorted, charged on the positions after the step's trades at the fill prices
     (``annual_rate=0.005`` is 50 bp a year, general collateral; hard-to-borrow names pay 10x-100x)."""
 
-    annual_rate: float = 0.005
+    annual_rate: Any = 0.005  # a number, or one per stock (hard-to-borrow names)
     bars_per_year: int = 252
     on_trades = False
     on_holdings = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "annual_rate", _check_rate(self.annual_rate, "BorrowFee annual_rate"))
+        object.__setattr__(self, "annual_rate", _check_per_stock(self.annual_rate, "BorrowFee annual_rate"))
         object.__setattr__(self, "bars_per_year", check_int(self.bars_per_year, "BorrowFee bars_per_year", low=1))
 
+    def bind(self, close: torch.Tensor, volume: torch.Tensor | None) -> "BorrowFee":
+        _check_length(self, "annual_rate", close.shape[1])
+        return self
+
     def holding_costs(self, holdings: torch.Tensor, prices: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.vecdot(holdings.clamp(max=0.0).neg_(), prices) * (self.annual_rate / self.bars_per_year)
+        short = holdings.clamp(max=0.0).neg_()
+        if isinstance(self.annual_rate, float):  # the scalar's arithmetic, bit for bit
+            return torch.linalg.vecdot(short, prices) * (self.annual_rate / self.bars_per_year)
+        return torch.linalg.vecdot(short, prices * (_as_row(self.annual_rate, prices) / self.bars_per_year))
 
 
 def as_cost_model(costs: Any, name: str = "costs") -> CostModel:

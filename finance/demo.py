@@ -40,6 +40,7 @@ import torch
 import podracer
 from finance.backtest import BacktestResult, backtest, compare, min_variance_weights
 from finance.data import load_benchmark, load_prices
+from finance.env import DEFAULT_EXECUTION
 from finance.market import MarketData, prepare_market
 from finance.overfitting import (SharpeInterval, bootstrap_sharpe_ci, deflated_sharpe_ratio, effective_trials,
                                  expected_max_sharpe, probabilistic_sharpe_ratio, probability_of_backtest_overfitting,
@@ -338,7 +339,8 @@ def walk_forward_windows(ppo: list[WalkForwardResult], rebalanced: list[WalkForw
 # ---------------------------------------------------------------------------- report
 def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFrame, seeds: list[BacktestResult],
                 guards: pd.DataFrame, wf_table: pd.DataFrame, wf_windows: pd.DataFrame, wf_steps: int,
-                board: pd.DataFrame, comparison: pd.DataFrame, spa: SPAResult) -> str:
+                board: pd.DataFrame, comparison: pd.DataFrame, spa: SPAResult,
+                execution: str = DEFAULT_EXECUTION) -> str:
     pct = f"{CONFIDENCE:.0%}"
     return "\n".join([
         "# Podracer finance demo",
@@ -346,6 +348,13 @@ def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFra
         f"Bundled sample of real prices (skfolio, BSD-3), {len(market.tickers)} US stocks; "
         f"size `{size}`; {elapsed:.0f} s with {torch.get_num_threads()} torch thread(s). "
         "Command: `make demo` (or `python -m finance.demo`).",
+        "",
+        (f"Fills: `execution=\"{execution}\"`, the default: each order fills at the close after the one its policy "
+         "saw (a fill at that same close, `execution=\"close\"`, the default up to 1.1.0, is optimistic). "
+         if execution == DEFAULT_EXECUTION else
+         f"Fills: `execution=\"{execution}\"`" + (" (optimistic: each order fills at the close its policy has just "
+                                                   "seen)" if execution == "close" else "") + ". ")
+        + "Prices are back-adjusted closes of today's survivors (docs/trading_realism.md).",
         "",
         "## Splits", "", market.describe().to_markdown(), "",
         "## Test period (2019-2022): agents against the baselines, same costs (0.1%)", "",
@@ -474,7 +483,8 @@ def run_demo(args: argparse.Namespace) -> Path:
     report = out / "report.md"
     walks = walk_forward_table(ppo_walks, rebalanced), walk_forward_windows(ppo_walks, rebalanced)
     report.write_text(report_text(args.size, elapsed, market, table, seeds, guards, *walks,
-                                  sizes["walk_forward_steps"], board_summary(board), comparison, spa))
+                                  sizes["walk_forward_steps"], board_summary(board), comparison, spa,
+                                  execution=test_env.execution))
     print(f"\n{table.to_string(float_format=lambda x: f'{x:.3f}')}")
     print(f"\n{comparison.to_string(float_format=lambda x: f'{x:.3f}')}\n{comparison_verdict(comparison, spa)}")
     print(f"\n{guards.to_string()}")

@@ -24,10 +24,15 @@ all data after a day.
 
 Execution timing (``execution=``):
 
-- ``"close"`` (the default, FinRL's): fill at ``close[t]``, the very price the policy just saw.
-  **Optimistic**: nobody can trade at a close after seeing it, and a signal computed from that
-  close gets the whole next day's move. Kept as the default so existing results stay as they were.
-- ``"next_close"``: fill at ``close[t+1]``; the account rides the old positions through day t+1.
+- ``"next_close"`` (the default after 1.1.0): fill at ``close[t+1]``; the account rides the old
+  positions through day t+1. Causal on any data, close-only data included: nothing the policy
+  saw at close t can be traded on before close t+1.
+- ``"close"`` (FinRL's, the default up to 1.1.0; an explicit opt-in now): fill at ``close[t]``, the
+  very price the policy just saw. **Optimistic**: nobody can trade at a close after seeing it, and
+  a signal computed from that close gets the whole next day's move (the return close[t] ->
+  close[t+1]). Building such an env warns (``OptimisticExecutionWarning``; Python's default filter
+  shows it once per calling line), and a
+  backtest under it says so (``BacktestResult.execution``, the plot's title).
 - ``"next_open"``: fill at ``open[t+1]`` (pass ``open_prices``; ``MarketData.env`` does when the
   market has OHLCV data, ``source="sample_ohlcv"`` or yfinance): old positions from ``close[t]``
   to ``open[t+1]``, new ones from there to ``close[t+1]``.
@@ -81,13 +86,17 @@ one of these is set; ``docs/trading_realism.md``):
 
 - ``costs=``: any ``finance.costs`` model or sum of them (fixed fee per trade, half-spread,
   square-root impact with ``volume``, borrow fee on shorts) instead of ``cost_pct``;
-- ``max_participation=x``: at most ``floor(x * volume)`` shares per stock in a step, the volume of
-  the fill's day (needs ``volume``);
+- ``max_participation=x``: at most ``floor(x * volume[t])`` shares per stock in a step, the volume of
+  the decision day t, known when the order is placed, whatever the fill timing (the fill day's
+  full volume is not known at the next open; needs ``volume``);
 - ``margin=finance.Margin(...)``: a margin account. Short selling (sells beyond the holdings) and
   leverage: orders that add exposure are scaled down so that after the trade gross exposure
   ``|h| . p <= L * equity`` (``L = 1 / initial`` margin, or ``max_gross``); when the equity at a
   close is below ``maintenance * gross``, every position of the account is closed at its next fill
   (``info["margin_call"]``), whatever the action.
+
+- ``financing=finance.Financing(cash_rate=..., margin_rate=..., short_rebate=...)``: interest on
+  the balances at each close, added to the cash at the next mark (``info["interest"]``).
 
 Turbulence switch (FinRL): with ``turbulence_threshold`` set, on a day with
 ``turbulence[t] >= turbulence_threshold`` every account sells all holdings (paying costs) and
@@ -114,6 +123,7 @@ overflows above 65504).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -123,12 +133,28 @@ import torch
 
 from finance.costs import CostModel, Proportional, as_cost_model
 from finance.data.checks import check_dates, check_int, check_number, check_prices
-from finance.execution import Margin, execute, execute_orders, margin_call
+from finance.execution import Financing, Margin, execute, execute_orders, margin_call
 from podracer.agents.common import deprecated_alias
 from podracer.envs import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor
 EXECUTIONS = ("close", "next_close", "next_open")  # fill at the observed close, the next close, the next open
+"""The values of ``execution=``: when an order fills (docs/trading_realism.md)."""
+DEFAULT_EXECUTION = "next_close"  # causal on close-only data too; "close" is an explicit, optimistic opt-in
+"""The ``execution=`` of the envs, ``backtest`` and ``walk_forward`` when none is given."""
+
+
+class OptimisticExecutionWarning(UserWarning):
+    """``execution="close"``: fills at the close the policy just observed, a price nobody can
+    trade at after seeing it; results are optimistic (``docs/trading_realism.md``)."""
+
+
+def warn_optimistic(where: str, stacklevel: int = 4) -> None:
+    """Warn that ``where`` fills at the observed close (Python's default filter: once per calling line)."""
+    warnings.warn(f"{where}(execution='close') fills each order at the close the policy just observed: an optimistic "
+                  "fill nobody can get (a signal from that close earns the next day's whole move). Results are an "
+                  "upper bound; the default, execution='next_close', fills at the next close",
+                  OptimisticExecutionWarning, stacklevel=stacklevel)
 MAX_TRADE_SHARES = 2**53  # share counts are exact in float64 up to here
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -264,6 +290,26 @@ def _price_scale_array(price_scale: ArrayLike | None, close_np: np.ndarray) -> n
     return scale_np
 
 
+def _per_stock(value: Any, name: str, num_stocks: int, whole: bool, low: float) -> np.ndarray | None:
+    """None, or a (S,) float64 array from a number (every stock) or one value per stock, checked."""
+    if value is None:
+        return None
+    arr = np.asarray(_to_numpy(value) if isinstance(value, (torch.Tensor, pd.Series)) else value, dtype=object)
+    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) != num_stocks):
+        raise ValueError(f"{name} must be a number or one value per stock ({num_stocks}, in the data's ticker order), "
+                         f"got {arr.shape[0] if arr.ndim == 1 else arr.shape} values")
+    flat = np.broadcast_to(arr, (num_stocks,))
+    out = np.empty(num_stocks)
+    for i, v in enumerate(flat):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(v) or v < low or (whole and float(v) != int(v)):
+            kind = f"a whole number >= {low:g}" if whole else f"a finite number >= {low:g}"
+            raise ValueError(f"{name} must be {kind} for every stock, got {v!r}" + (
+                " (a lot of 0 shares can never trade; 1 is whole shares)" if whole and v == 0 else ""))
+        out[i] = float(v)
+    return out
+
+
 def _check_flag(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
@@ -302,13 +348,24 @@ class StockTradingVecEnv(TensorVecEnv):
         open_prices: daily opens like ``close`` (``prices["open"]``): needed by ``"next_open"``.
         volume: daily volume in shares like ``close`` (``prices["volume"]``): needed by
             ``max_participation`` and ``finance.costs.SqrtImpact``.
-        execution: ``"close"`` (default; optimistic: fills at the close the policy just saw),
-            ``"next_close"`` or ``"next_open"`` (module doc).
+        execution: ``"next_close"`` (default: causal on any data), ``"next_open"`` (needs
+            ``open_prices``) or ``"close"`` (optimistic, warns: fills at the close the policy just
+            saw; the default up to 1.1.0) (module doc).
         costs: a ``finance.costs`` model (or a sum of them) instead of ``cost_pct``.
-        max_participation: at most this fraction of the fill day's volume traded per stock and
-            step, in (0, 1]; None: no cap.
+        max_participation: at most this fraction of the decision day's volume (known at its close,
+            whatever the fill timing) traded per stock and step, in (0, 1]; None: no cap.
         margin: ``finance.Margin`` rules for a margin account (shorts, leverage, margin calls);
             None: a long-only cash account.
+        financing: ``finance.Financing``: interest on cash, on a margin loan, a rebate on short
+            proceeds; None: 0% on everything. Backtests take their metrics' risk-free rate from it.
+        lot_size: shares per lot, a whole number or one per stock: orders round to whole lots and
+            fills (cash-limited, capped) stay in whole lots. None: single shares.
+        universe: a point-in-time membership table (``ticker``, ``start``, ``end``; a DataFrame or a
+            csv/parquet path, ``finance.universe``): a name trades only on fill days inside its
+            spells, and its position is closed at a spell's last fill. None: every name, every day.
+        max_position: the most shares held per stock, long or short, a number or one per stock
+            (in whole lots with ``lot_size``); orders beyond it are cut. None: no limit (a gross
+            limit relative to equity is ``finance.Margin(max_gross=...)``).
 
     Sizes (``num_envs``, ``max_trade_shares``, ``episode_length``, ``seed``) take any integer type
     (``np.int64`` too), never a float or a bool; amounts must be finite. A bad value is a
@@ -333,8 +390,10 @@ class StockTradingVecEnv(TensorVecEnv):
                  turbulence_threshold: float | None = None, reward_scale: float = 100.0, seed: int | None = None,
                  price_scale: ArrayLike | None = None, dtype: torch.dtype = torch.float64,
                  validate_actions: bool = True, *, open_prices: ArrayLike | None = None,
-                 volume: ArrayLike | None = None, execution: str = "close", costs: CostModel | None = None,
-                 max_participation: float | None = None, margin: Margin | None = None):
+                 volume: ArrayLike | None = None, execution: str = "next_close", costs: CostModel | None = None,
+                 max_participation: float | None = None, margin: Margin | None = None,
+                 financing: Financing | None = None, lot_size: Any = None, max_position: Any = None,
+                 universe: Any = None):
         num_envs = check_int(num_envs, "num_envs", low=1)  # np.int64 too; the base class wants an int
         super().__init__(num_envs, device, _check_flag(validate_actions, "validate_actions"))
         close_is_frame = isinstance(close, pd.DataFrame)
@@ -350,6 +409,9 @@ class StockTradingVecEnv(TensorVecEnv):
                                open_prices is not None, volume is not None)
         self._set_data(close_np, features, turbulence, price_scale, close_is_frame)
         self._set_market_data(open_prices, volume, close_is_frame)
+        self._set_financing(financing)
+        self._set_position_rules(lot_size, max_position)
+        self._set_universe(universe)
         self._set_starts(seed)
         self.reset()
 
@@ -417,6 +479,8 @@ class StockTradingVecEnv(TensorVecEnv):
                              "open_prices=prices['open'] (OHLCV data: finance.load_prices(..., source='sample_ohlcv') "
                              "or source='yfinance'; MarketData.env passes them when the market has them), or use "
                              "execution='next_close'")
+        if execution == "close":
+            warn_optimistic("StockTradingVecEnv")
         if costs is None:
             costs = Proportional(self.cost_pct)
         elif cost_pct_given:
@@ -446,7 +510,7 @@ class StockTradingVecEnv(TensorVecEnv):
     def plain_market(self) -> bool:
         """True for the original market model: fills at the observed close, proportional costs, a
         cash account, no cap; ``finance.backtest.buy_and_hold`` reproduces it in closed form."""
-        return self._fast and self.execution == "close"
+        return self._fast and self.execution == "close" and self.financing is None
 
     def _set_data(self, close_np: np.ndarray, features: ArrayLike | None, turbulence: ArrayLike | None,
                   price_scale: ArrayLike | None, close_is_frame: bool) -> None:
@@ -473,16 +537,65 @@ class StockTradingVecEnv(TensorVecEnv):
             return torch.as_tensor(values, dtype=self.dtype, device=self.device)
 
         self.open_prices, self.volume = panel(open_prices, "open_prices", True), panel(volume, "volume", False)
-        # Row t: the fill price (and volume) of an order decided on day t, (T, S).
+        # Row t: the fill price of an order decided on day t, (T, S).
         if self.execution == "close":
-            self._fill_prices, self._fill_volume = self.close_prices, self.volume
+            self._fill_prices = self.close_prices
         else:  # the next bar's; the last row never trades
-            def next_bar(x: torch.Tensor | None) -> torch.Tensor | None:
-                return None if x is None else torch.cat([x[1:], x[-1:]])
-
-            self._fill_prices = next_bar(self.open_prices if self.execution == "next_open" else self.close_prices)
-            self._fill_volume = next_bar(self.volume)
+            fill = self.open_prices if self.execution == "next_open" else self.close_prices
+            self._fill_prices = torch.cat([fill[1:], fill[-1:]])
+        # The participation cap reads the decision day's volume, the last one known when the order is
+        # placed: the fill day's is not known at its open, and high-volume days move more (issue 34).
+        self._cap_volume = self.volume
         self.costs = self.costs.bind(self.close_prices, self.volume)
+
+    def _set_financing(self, financing: Any) -> None:
+        """Check and store the interest rules; per-bar cash rates on the env's dates."""
+        if financing is not None and not isinstance(financing, Financing):
+            raise ValueError(f"financing must be a finance.Financing (e.g. finance.Financing(cash_rate=0.04)) or None "
+                             f"for no interest, got {financing!r}")
+        if financing is not None and financing.is_zero:
+            financing = None  # 0% on everything: the books of no financing, bit for bit
+        self.financing = financing
+        if financing is not None:
+            if (financing.margin_rate or financing.short_rebate) and self.margin is None:
+                raise ValueError("Financing margin_rate and short_rebate apply to a margin account (negative cash, "
+                                 "short positions): pass margin=finance.Margin(...), or leave them at 0")
+            cash_rate, self._margin_rate, self._rebate = financing.per_bar(self.dates)
+            self._cash_rate = torch.as_tensor(cash_rate, dtype=self.dtype, device=self.device)  # (T,)
+
+    def _set_position_rules(self, lot_size: Any, max_position: Any) -> None:
+        """Per-stock lot sizes (orders and fills in whole lots) and position limits (|shares| held)."""
+        S = self.num_stocks
+        self.lot_size = _per_stock(lot_size, "lot_size", S, whole=True, low=1)
+        self.max_position = _per_stock(max_position, "max_position", S, whole=False, low=0)
+        if self.lot_size is not None or self.max_position is not None:
+            self._fast = False  # the general fill rounds to lots
+        as_row = lambda x: None if x is None else torch.as_tensor(x, dtype=self.dtype, device=self.device)  # noqa: E731
+        self._lot, self._limit = as_row(self.lot_size), as_row(self.max_position)
+        if self._lot is not None and self._limit is not None:
+            self._limit = (self._limit / self._lot).floor() * self._lot  # a limit in whole lots
+
+    def _set_universe(self, universe: Any) -> None:
+        """The point-in-time universe: per decision day, the names whose fill day is in a spell of
+        membership (tradable) and those whose spell ends at that fill (closed there)."""
+        self.universe, self._tradable, self._leaving = universe, None, None
+        if universe is None:
+            return
+        from finance.universe import membership_mask
+
+        member = torch.as_tensor(membership_mask(universe, self.dates, self.tickers), device=self.device)
+        if self.execution != "close":  # decision day t fills on day t+1 (the last day decides nothing)
+            member = torch.cat([member[1:], member[-1:]])
+        after = torch.cat([member[1:], member[-1:]])  # the next decision's fill; the data's end is no exit
+        self._tradable, self._leaving = member, member & ~after
+        self._fast = False  # orders are masked per name; the general fill takes them
+
+    def _in_universe(self, orders: torch.Tensor) -> torch.Tensor:
+        """No order in a name outside its membership on the fill day; a spell's last fill closes the position."""
+        if self._tradable is None:
+            return orders
+        orders = torch.where(self._tradable.index_select(0, self.day), orders, 0.0)
+        return torch.where(self._leaving.index_select(0, self.day), -self.holdings, orders)
 
     def _set_observations(self, close_np: np.ndarray, feat_np: np.ndarray, scale_np: np.ndarray) -> None:
         """``price_scale``, the per-day observation table, ``obs_names`` and the spaces."""
@@ -607,6 +720,12 @@ class StockTradingVecEnv(TensorVecEnv):
             ex = execute_orders(self.cash, self.holdings, fill, self._orders(actions), self.cost_pct)
         else:
             ex, called = self._execute(actions, fill)
+        interest = None
+        if self.financing is not None:  # on the balances at today's close (after a same-close trade)
+            held = (ex.cash, ex.holdings) if self.execution == "close" else (self.cash, self.holdings)
+            interest = self.financing.interest(*held, self.prices, self._cash_rate.index_select(0, self.day),
+                                               self._margin_rate, self._rebate)
+            ex = ex._replace(cash=ex.cash + interest)
         day = self.day + 1
         next_prices = self.close_prices.index_select(0, day)  # (N, S) the mark
         position_value = ex.holdings * next_prices
@@ -623,6 +742,8 @@ class StockTradingVecEnv(TensorVecEnv):
                 "total_costs": self.total_costs + ex.costs, "day": day, "fill_prices": fill}
         if called is not None:
             info["margin_call"] = called
+        if interest is not None:
+            info["interest"] = interest
 
         self.day, self.elapsed, self.cash, self.holdings, self.prices = day, elapsed, ex.cash, ex.holdings, next_prices
         self.value, self.total_costs = value, info["total_costs"]
@@ -655,21 +776,27 @@ class StockTradingVecEnv(TensorVecEnv):
 
         Where the turbulence switch fires or the account is below maintenance at today's close,
         the orders close every position instead."""
-        orders, close_out, called = self._shares(actions), None, None
+        orders, close_out, called = self._in_universe(self._shares(actions)), None, None
         if self.turbulence_threshold is not None:
             close_out = self._turbulent()
         if self.margin is not None:
             called = margin_call(self.cash, self.holdings, self.prices, self.margin.maintenance)
             close_out = called[:, None] if close_out is None else close_out | called[:, None]
+        if self._lot is not None:  # whole lots (a position closed out is closed whole)
+            orders = (orders / self._lot).round() * self._lot
+        if self._limit is not None:  # |holdings after| <= max_position; a position above it is cut to it
+            orders = (self.holdings + orders).clamp(-self._limit, self._limit) - self.holdings
         if close_out is not None:
             orders = torch.where(close_out, -self.holdings, orders)
         max_shares = None
         if self.max_participation is not None:
-            max_shares = (self._fill_volume.index_select(0, self.day) * self.max_participation).floor_()
+            max_shares = (self._cap_volume.index_select(0, self.day) * self.max_participation).floor_()
+            if self._lot is not None:
+                max_shares = (max_shares / self._lot).floor() * self._lot
         m = self.margin
         ex = execute(self.cash, self.holdings, fill, orders, self.costs, self.day,
                      gross_limit=1.0 if m is None else m.gross_limit, shorts=m is not None and m.shorts,
-                     max_shares=max_shares)
+                     max_shares=max_shares, lot=self._lot)
         return ex, called
 
     def _autoreset(self, done: torch.Tensor, final_obs: torch.Tensor) -> torch.Tensor:
@@ -709,7 +836,8 @@ class StockTradingVecEnv(TensorVecEnv):
         and ``price_scale`` unchanged, except the trading rules named in ``changes``
         (``execution="next_open"``, ``costs=...``, ``margin=...``, ``max_trade_shares=...``)."""
         rules = dict(max_trade_shares=self.max_trade_shares, costs=self.costs, execution=self.execution,
-                     max_participation=self.max_participation, margin=self.margin,
+                     max_participation=self.max_participation, margin=self.margin, financing=self.financing,
+                     lot_size=self.lot_size, max_position=self.max_position, universe=self.universe,
                      turbulence_threshold=self.turbulence_threshold, reward_scale=self.reward_scale,
                      validate_actions=self.validate_actions)
         unknown = sorted(set(changes) - set(rules) - {"cost_pct"})

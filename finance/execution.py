@@ -27,7 +27,8 @@ The additions of an account are scaled by one factor ``f`` in [0, 1], the larges
 after the trade and its costs, then rounded toward zero to whole shares (``L`` the gross limit:
 1 for a cash account, where it reads ``cash' >= 0``; ``1 / initial`` margin, or ``max_gross``,
 for a margin account). Costs enter the budget as the cost model says they scale
-(``finance.costs``), so the bound holds whatever the model. A cash account (``L = 1``, no shorts)
+(``finance.costs``), so the bound holds whatever the model; with a convex cost (``SqrtImpact``)
+``f`` is solved for exactly (bisection), so no affordable share is left unbought. A cash account (``L = 1``, no shorts)
 with ``Proportional(c)`` fills exactly as ``execute_orders`` (to float rounding).
 
 ``margin_call(cash, holdings, prices, maintenance)`` says which accounts are below maintenance
@@ -38,8 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
+import numpy as np
+import pandas as pd
 import torch
 
 from finance.costs import CostModel, holding_costs, split_trade_costs
@@ -100,6 +103,95 @@ class Margin:
         return min(1.0 / self.initial, math.inf if self.max_gross is None else self.max_gross)
 
 
+@dataclasses.dataclass(frozen=True)
+class Financing:
+    """Interest on an account's cash (the env's ``financing=``; None, the default, is 0% on
+    everything, the books of 1.1.0 bit for bit).
+
+    Args:
+        cash_rate: annual rate earned on cash (0.04 for 4%): a constant, or a ``pd.Series`` of
+            annual rates indexed by date (a T-bill yield / 100), the last one on or before each day.
+        margin_rate: annual rate paid on negative cash, a margin loan (a margin account).
+        short_rebate: annual rate earned on the proceeds of short sales, held by the broker as
+            collateral (they earn this instead of ``cash_rate``).
+        bars_per_year: the annual rates are compounded down to a bar as ``(1 + rate)**(1 / bars_per_year) - 1``,
+            as ``BacktestResult.metrics`` does with a constant risk-free rate.
+
+    Each step accrues on the balances at the close of its decision day, after any trade at that
+    close (with ``execution="close"``; the next-bar fills trade on the next day, so their balances
+    accrue from the next step): with ``S = sum_s max(-h_s, 0) p_s`` the short proceeds and
+    ``F = cash - S`` the account's own cash, interest is ``r_cash * max(F, 0) - r_margin * max(-F, 0)
+    + r_rebate * S``, added to the cash at the mark (``info["interest"]``). ``risk_free(dates)`` is
+    the per-bar cash rate: the risk-free rate of the backtest's metrics, from this same setting.
+    """
+
+    cash_rate: Any = 0.0
+    margin_rate: float = 0.0
+    short_rebate: float = 0.0
+    bars_per_year: int = 252
+
+    def __post_init__(self) -> None:
+        for name in ("margin_rate", "short_rebate") + (() if isinstance(self.cash_rate, pd.Series) else ("cash_rate",)):
+            _check_annual_rate(getattr(self, name), f"Financing {name}")
+        if isinstance(self.cash_rate, pd.Series):
+            values = pd.to_numeric(self.cash_rate, errors="coerce")
+            if values.isna().any() or not isinstance(self.cash_rate.index, pd.DatetimeIndex):
+                raise ValueError("Financing cash_rate as a Series must hold annual rates (0.04 for 4%), no NaN, "
+                                 "indexed by date; drop or fill the missing days (cash_rate.ffill().dropna())")
+            for value in (values.min(), values.max()):
+                _check_annual_rate(float(value), "Financing cash_rate")
+        if isinstance(self.bars_per_year, bool) or not isinstance(self.bars_per_year, int) or self.bars_per_year < 1:
+            raise ValueError(f"Financing bars_per_year must be a whole number >= 1 (252 for daily bars), got "
+                             f"{self.bars_per_year!r}")
+
+    @property
+    def is_zero(self) -> bool:
+        """No interest at all: the env skips the accrual (the books stay bit-identical)."""
+        constant = not isinstance(self.cash_rate, pd.Series) and self.cash_rate == 0.0
+        return constant and self.margin_rate == 0.0 and self.short_rebate == 0.0
+
+    def _per_bar(self, annual: Any) -> Any:
+        return (1.0 + annual) ** (1.0 / self.bars_per_year) - 1.0
+
+    def risk_free(self, dates: pd.Index) -> pd.Series:
+        """Per-bar cash rate on ``dates`` (the rate of each bar's start, the last one on or before
+        it): the ``risk_free`` Series ``BacktestResult.metrics`` takes."""
+        if isinstance(self.cash_rate, pd.Series):
+            rates = self.cash_rate.sort_index()
+            annual = rates.reindex(rates.index.union(dates)).ffill().reindex(dates)
+            if annual.isna().any():
+                raise ValueError(f"Financing cash_rate starts on {rates.index[0].date()}, after the first day "
+                                 f"{dates[0]}; pass rates from that day or earlier")
+        else:
+            annual = pd.Series(float(self.cash_rate), index=dates)
+        return self._per_bar(annual.astype("float64")).rename("risk_free")
+
+    def per_bar(self, dates: pd.Index) -> tuple[np.ndarray, float, float]:
+        """(cash rate (T,) per bar on each date, margin rate per bar, short rebate per bar)."""
+        if not isinstance(dates, pd.DatetimeIndex) and isinstance(self.cash_rate, pd.Series):
+            raise ValueError("Financing cash_rate as a Series needs an env with dates (a DataFrame of closes)")
+        cash = (self.risk_free(dates).to_numpy() if isinstance(dates, pd.DatetimeIndex)
+                else np.full(len(dates), self._per_bar(float(self.cash_rate))))
+        return cash, self._per_bar(self.margin_rate), self._per_bar(self.short_rebate)
+
+    def interest(self, cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, cash_rate: torch.Tensor,
+                 margin_rate: float, rebate: float) -> torch.Tensor:
+        """(N,) one bar's interest on ``cash`` (N,) and ``holdings`` (N, S) at ``prices``, at per-bar rates."""
+        short = torch.linalg.vecdot(holdings.clamp(max=0.0).neg(), prices)
+        own = cash - short
+        return cash_rate * own.clamp(min=0.0) - margin_rate * (-own).clamp(min=0.0) + rebate * short
+
+
+def _check_annual_rate(value: Any, name: str) -> float:
+    number = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite annual rate (0.04 for 4%), got {value!r}")
+    if not 0.0 <= value < 1.0:
+        hint = f"; pass {value / 100:g} for {value:g}%" if value >= 1 else ""
+        raise ValueError(f"{name} must be an annual rate in [0, 1) (0.04 for 4%), got {value}{hint}")
+    return float(value)
+
+
 def execute_orders(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, orders: torch.Tensor,
                    cost_pct: float) -> Execution:
     """Fill ``orders`` (N, S) signed whole shares for N accounts with ``cash`` (N,) and
@@ -136,7 +228,7 @@ def margin_call(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor
 
 def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, orders: torch.Tensor, costs: CostModel,
             day: torch.Tensor, *, gross_limit: float = 1.0, shorts: bool = False,
-            max_shares: torch.Tensor | None = None) -> Execution:
+            max_shares: torch.Tensor | None = None, lot: torch.Tensor | None = None) -> Execution:
     """Fill ``orders`` (N, S) signed whole shares at ``prices`` (N, S) under any cost model and
     margin rule (module doc): the general form of ``execute_orders``.
 
@@ -146,6 +238,8 @@ def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, or
         gross_limit: ``L``, gross exposure after a trade <= L * equity (1: a cash account).
         shorts: allow sells beyond the holdings; off, sells are capped at the shares held.
         max_shares: (N, S) most shares traded per stock (a participation cap), or None.
+        lot: (S,) shares per lot: the orders and ``max_shares`` are whole lots, and a limited fill
+            rounds toward zero to whole lots. None: single shares.
 
     Returns ``Execution``; its ``costs`` are the trade costs plus the holding costs of the
     positions after the trades (``BorrowFee``). The inputs are not modified.
@@ -169,8 +263,23 @@ def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, or
     paid = slack - (reduce_cost + fixed_cost + hold_reduce)
     slope = torch.linalg.vecdot(add.abs(), prices) / gross_limit + (full_cost - reduce_cost) + (hold_full - hold_reduce)
     margin = 1.0 - 64 * torch.finfo(cash.dtype).eps  # shrink a limited fill by 64 ulps, as execute_orders
-    f = torch.where(paid >= slope, 1.0, (paid / slope.clamp(min=torch.finfo(cash.dtype).tiny) * margin).clamp(0.0, 1.0))
-    trades = reduce + (add * f[:, None]).trunc_()  # whole shares, toward zero
+    limited = paid < slope
+    f = torch.where(limited, (paid / slope.clamp(min=torch.finfo(cash.dtype).tiny)).clamp(0.0, 1.0), 1.0)
+    if not all(m.linear for m in costs.parts) and bool(limited.any()):
+        # A convex cost (cost(f q) < f cost(q)) makes the proportional f a lower bound: solve for the largest.
+        def need(f: torch.Tensor) -> torch.Tensor:
+            added = add * f[:, None]
+            scaling, _ = split_trade_costs(costs, reduce.abs() + added.abs(), prices, day)
+            held = holding_costs(costs, after_reduce + added, prices)
+            return (f * torch.linalg.vecdot(add.abs(), prices) / gross_limit + (scaling - reduce_cost)
+                    + (held - hold_reduce))
+
+        f = _largest_fill(need, paid, f, limited)
+    f = torch.where(limited, f * margin, f)
+    if lot is None:
+        trades = reduce + (add * f[:, None]).trunc_()  # whole shares, toward zero
+    else:
+        trades = reduce + (add * f[:, None] / lot).trunc_() * lot  # whole lots, toward zero
     after = holdings + trades
     trade_cost, fixed_paid = split_trade_costs(costs, trades.abs(), prices, day)
     paid_costs = trade_cost + fixed_paid + holding_costs(costs, after, prices)
@@ -178,3 +287,19 @@ def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, or
     cash = cash - torch.linalg.vecdot(trades, prices) - paid_costs
     traded_value = torch.linalg.vecdot(trades.abs(), prices)
     return Execution(cash, after, trades, traded_value, paid_costs)
+
+
+BISECTION_STEPS = 60  # halves [f_proportional, 1] to below 1e-18: past float64's resolution of f
+
+
+def _largest_fill(need: Callable[[torch.Tensor], torch.Tensor], paid: torch.Tensor, low: torch.Tensor,
+                  limited: torch.Tensor) -> torch.Tensor:
+    """(N,) the largest ``f`` in [low, 1] with ``need(f) <= paid`` where ``limited``, by bisection.
+    ``need`` increases with ``f`` (costs and exposure grow with the order) and ``need(low) <= paid``
+    (the proportional budget of a convex cost), so the bracket always holds a feasible end."""
+    high = torch.ones_like(low)
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (low + high)
+        fits = need(mid) <= paid
+        low, high = torch.where(fits, mid, low), torch.where(fits, high, mid)
+    return torch.where(limited, low, 1.0)

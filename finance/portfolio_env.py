@@ -34,9 +34,10 @@ them take it below 1e-15 (5 at c = 1e-3 and gross 1; 50 at a rate of 0.5). The e
 and the positions are exactly ``mu * V * w`` (the target weights of the smaller account). Short positions pay a borrow
 fee, ``borrow_rate / periods_per_year`` of the shorted value per step, from cash.
 
-Timing: ``execution="close"`` trades at the close the policy just observed (optimistic, as
-``StockTradingVecEnv`` by default); ``"next_close"`` holds the old positions through the next
-day and trades at its close (the realistic one-bar delay). The reward compares the account value
+Timing: ``execution="next_close"`` (the default after 1.1.0) holds the old positions through the
+next day and trades at its close (the realistic one-bar delay); ``"close"`` (the default up to
+1.1.0, an explicit opt-in now that warns, ``finance.OptimisticExecutionWarning``) trades at the
+close the policy just observed: optimistic, nobody can trade at a close after seeing it. The reward compares the account value
 after the step's trade and mark with the value before it. Either way an episode over the whole
 data is ``T - 1`` steps: with ``"next_close"`` the last step's trade, at the last close, pays its
 costs and is never marked.
@@ -81,7 +82,7 @@ import pandas as pd
 import torch
 
 from finance.data.checks import check_int, check_number
-from finance.env import ArrayLike, _check_flag, _close_array, _features_array
+from finance.env import ArrayLike, _check_flag, _close_array, _features_array, warn_optimistic
 from podracer.envs import TensorVecEnv
 
 REWARDS = ("log_return", "value_change", "differential_sharpe", "drawdown_penalty", "volatility_penalty")
@@ -195,7 +196,7 @@ class PortfolioVecEnv(TensorVecEnv):
         risk_penalty: lambda of the drawdown and volatility penalties (>= 0).
         dsr_eta: decay of the moving moments of the differential Sharpe and volatility rewards, in (0, 1).
         dsr_init_var: B_0, the starting second moment of the differential Sharpe ratio (> 0).
-        execution: ``"close"`` or ``"next_close"`` (module doc).
+        execution: ``"next_close"`` (default, causal) or ``"close"`` (optimistic, warns) (module doc).
         episode_length: steps per episode; None runs from the first day to the last.
         random_start: start each episode on a random day (needs ``episode_length``).
         seed: seeds ``self.rng`` (start days); ``reset(seed)`` reseeds it.
@@ -214,7 +215,7 @@ class PortfolioVecEnv(TensorVecEnv):
                  long_short: bool = False, gross_limit: float = 1.0, borrow_rate: float = 0.0,
                  periods_per_year: float = 252.0, logit_scale: float = 3.0, reward: str = "log_return",
                  reward_scale: float | None = None, risk_penalty: float = 0.0, dsr_eta: float = 0.01,
-                 dsr_init_var: float = 1e-4, execution: str = "close", episode_length: int | None = None,
+                 dsr_init_var: float = 1e-4, execution: str = "next_close", episode_length: int | None = None,
                  random_start: bool = False, seed: int | None = None, return_scale: float = 10.0,
                  dtype: torch.dtype = torch.float64, validate_actions: bool = True):
         num_envs = check_int(num_envs, "num_envs", low=1)
@@ -273,6 +274,8 @@ class PortfolioVecEnv(TensorVecEnv):
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         if execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
+        if execution == "close":
+            warn_optimistic("PortfolioVecEnv")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
         self.reward, self.execution, self.dtype = reward, execution, dtype

@@ -325,7 +325,8 @@ def spa_test(strategies: pd.DataFrame, benchmark: pd.Series, block_length: int |
     the set no longer dilute the test. StepM (Romano & Wolf 2005) then names the strategies
     better than the benchmark, controlling the family-wise error rate at ``size``.
 
-    The bootstrap, recentring and StepM are ``arch.bootstrap.SPA`` and ``StepM``. arch's
+    The bootstrap and recentring are ``arch.bootstrap.SPA``; StepM is ``step_down``, arch's
+    ``StepM`` loop over that SPA, which stops once every model is rejected (arch 8's raises there). arch's
     ``studentize=True`` does not divide by ω^_k (arch 7 and 8), so the differentials are divided
     by ω^_k here (``stationary_bootstrap_variance``, Hansen's estimator, arch's own) before
     they go in: the max over k of d̄_k / ω^_k is Hansen's statistic, and for the Reality Check the
@@ -348,7 +349,7 @@ def spa_test(strategies: pd.DataFrame, benchmark: pd.Series, block_length: int |
         size: StepM's family-wise error rate.
         seed: seeds the bootstrap (same seed, same p-values); None draws fresh randomness.
     """
-    from arch.bootstrap import SPA, StepM, optimal_block_length
+    from arch.bootstrap import SPA, optimal_block_length
 
     frame, bench = _check_spa_inputs(strategies, benchmark)
     if bootstrap not in SPA_BOOTSTRAPS:
@@ -375,15 +376,39 @@ def spa_test(strategies: pd.DataFrame, benchmark: pd.Series, block_length: int |
     spa.compute()
     rc = SPA(zeros, -d, seed=seed, **options)
     rc.compute()
-    stepm = StepM(zeros, -d / omega, size=size, seed=seed, **options)
-    stepm.compute()
+    superior = step_down(SPA(zeros, -d / omega, seed=seed, **options), size)
     names = [str(c) for c in frame.columns]
     return SPAResult(pvalue=float(spa.pvalues["consistent"]), pvalue_lower=float(spa.pvalues["lower"]),
                      pvalue_upper=float(spa.pvalues["upper"]), reality_check_pvalue=float(rc.pvalues["upper"]),
                      best=names[int(np.argmax(d.mean(axis=0) / omega))],
-                     superior=[names[int(i)] for i in stepm.superior_models],
+                     superior=[names[i] for i in superior],
                      mean_excess=pd.Series(d.mean(axis=0), index=names, name="mean_excess"),
                      block_length=int(block_length), reps=int(reps), size=float(size))
+
+
+def step_down(spa: Any, size: float) -> list[int]:
+    """Romano and Wolf's (2005) StepM over an ``arch.bootstrap.SPA`` of the models' losses: the
+    column indices of the models better than the benchmark at family-wise error rate ``size``.
+
+    Step 1 rejects the models whose mean beats the SPA critical value of them all; each next step
+    recomputes it over the models not yet rejected; it stops when a step rejects none, or none is
+    left. arch's ``StepM.compute`` (arch 8) runs the same loop but tests "rejected this step < k"
+    where it means "rejected so far < k", so once a later step rejects every model left it
+    computes an SPA over no model and raises ``ValueError: zero-size array to reduction operation
+    maximum``, losing the SPA p-value with it (issue 34). Same bootstrap, same answer otherwise."""
+    k = spa.models.shape[1]
+    spa.compute()
+    rejected = [int(i) for i in spa.better_models(size)]
+    found = rejected[:]
+    while rejected and len(found) < k:
+        selector = np.ones(k, dtype=bool)
+        selector[found] = False
+        spa.subset(selector)
+        spa.compute()
+        rejected = [int(i) for i in spa.better_models(size)]
+        found.extend(rejected)
+    spa.subset(np.ones(k, dtype=bool))
+    return sorted(found)
 
 
 def _check_spa_inputs(strategies: Any, benchmark: Any) -> tuple[pd.DataFrame, np.ndarray]:

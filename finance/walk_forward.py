@@ -315,6 +315,9 @@ def walk_forward(fit: Callable[..., Any], prices: pd.DataFrame, train_window: Le
                                                         bars_per_year=b, baselines=False)
         if benchmark is not None:
             result.baselines["index"] = index_baseline(benchmark, oos.index, initial_cash, "index", b)
+    if env.financing is not None:  # the metrics' risk-free rate is the cash rate the account earned
+        for r in (result, *result.baselines.values()):
+            r.risk_free = env.financing.risk_free(result.account_value.index)
     return result
 
 

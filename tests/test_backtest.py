@@ -35,7 +35,8 @@ def test_buy_and_hold_through_the_env_reproduces_the_baseline(cost_pct):
     and costs, and within one share per stock of the frictionless fractional curve."""
     close = synthetic_close()
     ic = 1e6
-    env = StockTradingVecEnv(close, initial_cash=ic, cost_pct=cost_pct, max_trade_shares=10**6, num_envs=3)
+    env = StockTradingVecEnv(close, initial_cash=ic, cost_pct=cost_pct, max_trade_shares=10**6, num_envs=3,
+                             execution="close")  # buy_and_hold's closed form buys at the first close
     result = backtest(BuyAndHoldPolicy(env), env, name="bh_env")
     base = result.baselines["equal_weight"]
     assert result.account_value.index.equals(close.index)

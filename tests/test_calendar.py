@@ -149,7 +149,8 @@ def test_features_env_and_backtest_on_hourly_bars():
     assert bool(truncated.all()) and torch.isfinite(obs).all()
 
     bench = close.mean(axis=1).rename("bench")
-    result = backtest(BuyAndHoldPolicy(env), env, benchmark=bench, train_close=close.iloc[:140])
+    result = backtest(BuyAndHoldPolicy(env), env, benchmark=bench, train_close=close.iloc[:140],
+                      execution="close")  # buy_and_hold's closed form buys at the first close
     assert result.account_value.index.equals(close.index) and result.bars_per_year == 1764
     assert {k: b.bars_per_year for k, b in result.baselines.items()} == {"equal_weight": 1764, "min_variance": 1764,
                                                                          "index": 1764}

@@ -140,6 +140,42 @@ def test_a_cash_account_never_overdraws_whatever_the_model(model):
     assert int(limited.sum()) > N // 10, "the test must exercise cash-limited buys"
 
 
+@pytest.mark.parametrize("eta", [0.142, 1.0, 5.0])
+def test_a_cash_limited_impact_fill_buys_every_share_the_cash_affords(eta):
+    """Issue 34: the fill budgeted SqrtImpact in proportion, a lower bound for a convex cost (at
+    eta = 1: 9,265 shares bought, 55,880 of 1 M left, where 9,798 fit). Brute force over whole shares."""
+    price, cash = 100.0, 1e6
+    history = torch.tensor([[90.0], [95.0], [100.0], [97.0], [103.0]], dtype=torch.float64)
+    model = (SqrtImpact(eta=eta, window=5) + HalfSpread(2e-3)).bind(history, torch.full((5, 1), 50_000.0,
+                                                                                         dtype=torch.float64))
+    day = torch.tensor([4])
+    prices = torch.tensor([[price]], dtype=torch.float64)
+
+    def outlay(n: np.ndarray) -> np.ndarray:  # cash spent on n shares, costs included
+        q = torch.tensor(n, dtype=torch.float64)[:, None]
+        return (q[:, 0] * price + model.trade_costs(q, prices.expand(len(n), 1), day.expand(len(n))).sum(1)).numpy()
+
+    n = np.arange(0, 10_001, dtype=float)
+    affordable = int(n[outlay(n) <= cash].max())
+    ex = execute(torch.tensor([cash], dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64), prices,
+                 torch.tensor([[20_000.0]], dtype=torch.float64), model, day)
+    assert ex.trades.item() == affordable < 10_000
+    assert 0 <= ex.cash.item() < outlay(np.array([affordable + 1.0]))[0] - outlay(np.array([float(affordable)]))[0]
+    # Several stocks, one factor: the cash left is less than one more share of each at its marginal cost.
+    cash3, holdings, prices3, orders = random_accounts(N=256, S=3, seed=5)
+    day3 = torch.randint(0, 5, (256,), generator=torch.Generator().manual_seed(1))
+    model3 = SqrtImpact(eta=eta, window=5).bind(torch.rand(5, 3, dtype=torch.float64) * 100 + 50,
+                                                torch.full((5, 3), 500.0, dtype=torch.float64))
+    ex3 = execute(cash3, holdings, prices3, orders, model3, day3)
+    limited = (ex3.trades < orders.clamp(min=0)).any(1) & (orders > 0).all(1)
+    bought = ex3.trades.clamp(min=0).sum(1) > 0  # (a sell's impact may exceed its proceeds: reductions always fill)
+    assert int(limited.sum()) > 10 and bool((ex3.cash[bought] >= -1e-9).all())
+    one_more = (ex3.trades + (orders > 0)).clamp(min=0)
+    extra = (prices3 * (one_more - ex3.trades.clamp(min=0))).sum(1) + \
+        (model3.trade_costs(one_more, prices3, day3) - model3.trade_costs(ex3.trades.abs(), prices3, day3)).sum(1)
+    assert bool((ex3.cash[limited] < extra[limited]).all())
+
+
 def test_participation_cap():
     cash, holdings, prices, orders = random_accounts(N=64, seed=4)
     cap = torch.full_like(orders, 7.0)
@@ -175,13 +211,32 @@ def test_env_charges_the_model_and_caps_participation():
         _, _, _, _, info = env.step(torch.rand(4, 3, generator=g) * 2 - 1)
         fill = torch.tensor(opens.to_numpy())[day0 + 1]  # the next bar's open
         assert torch.equal(info["fill_prices"], fill)
-        cap = (torch.tensor(volume.to_numpy())[day0 + 1] * 0.05).floor()  # of the fill day's volume
+        cap = (torch.tensor(volume.to_numpy())[day0] * 0.05).floor()  # of the decision day's volume
         assert bool((info["trades"].abs() <= cap).all())
         capped += int((info["trades"].abs() == cap).sum())
         q = info["trades"].abs()
         expected = model.bind(env.close_prices, env.volume).trade_costs(q, fill, day0).sum(1)
         torch.testing.assert_close(info["costs"], expected, rtol=1e-12, atol=1e-9)
     assert capped > 20
+
+
+def test_the_participation_cap_reads_only_volume_known_when_the_order_is_placed():
+    """Issue 34: under next_open the cap read the fill day's whole volume, unknown at its open. Now
+    a volume spike on the fill day changes nothing; one on the decision day lifts the cap."""
+    close, opens, volume = ohlcv(T=12)
+    spike = volume.copy()
+    spike.iloc[5] *= 100
+    buy = torch.ones(1, 3)
+    for execution in ("next_open", "next_close", "close"):
+        trades = {}
+        for name, v in (("plain", volume), ("spike", spike)):
+            env = StockTradingVecEnv(close, initial_cash=1e9, max_trade_shares=10**7, volume=v, open_prices=opens,
+                                     execution=execution, max_participation=0.01, cost_pct=0.0)
+            trades[name] = torch.cat([env.step(buy)[4]["trades"] for _ in range(8)]).numpy()
+        expected = np.floor(0.01 * volume.to_numpy()[:8])  # row t: 1% of day t's volume, every day
+        np.testing.assert_array_equal(trades["plain"], expected)
+        np.testing.assert_array_equal(trades["spike"][[4, 6, 7]], expected[[4, 6, 7]])  # the day before: no change
+        np.testing.assert_array_equal(trades["spike"][5], np.floor(0.01 * spike.to_numpy()[5]))
 
 
 def test_env_settings_errors():

@@ -28,6 +28,7 @@ def test_demo_writes_report_with_agents_baselines_guards_and_walk_forward(tmp_pa
                 "index"):
         assert f"| {row}" in text, row
     assert (tmp_path / "equity.png").stat().st_size > 10_000
+    assert 'Fills: `execution="next_close"`, the default' in text  # the causal fill, said beside the results
     board = pd.read_csv(tmp_path / "leaderboard.csv")
     assert len(board) == 2 * demo.SIZES["smoke"]["generations"]
     assert board["score"].notna().all()

@@ -118,7 +118,8 @@ def test_the_env_fills_its_orders_with_execute_orders_at_prices():
     rng = np.random.default_rng(0)
     close = pd.DataFrame(rng.uniform(5, 500, 4) * np.exp(np.cumsum(rng.normal(0, 0.02, (30, 4)), axis=0)),
                          index=pd.bdate_range("2020-01-02", periods=30))
-    env = StockTradingVecEnv(close, num_envs=8, initial_cash=2e4, max_trade_shares=40, cost_pct=2e-3)
+    env = StockTradingVecEnv(close, num_envs=8, initial_cash=2e4, max_trade_shares=40, cost_pct=2e-3,
+                             execution="close")  # env.prices is then the fill price
     g = torch.Generator().manual_seed(0)
     for _ in range(10):
         actions = torch.rand(8, 4, generator=g) * 2 - 1
@@ -207,7 +208,7 @@ def test_backtest_takes_execution_and_costs_and_trades_its_baselines_under_them(
     close, opens = gap_up()
     env = StockTradingVecEnv(close, open_prices=opens, initial_cash=10_000, max_trade_shares=50, cost_pct=0.0)
     buy = lambda obs: torch.ones(1, 1)  # noqa: E731
-    same = backtest(buy, env, bars_per_year=252)  # (4 days show no weekend: say the calendar)
+    same = backtest(buy, env, execution="close", bars_per_year=252)  # (4 days show no weekend: say the calendar)
     late = backtest(buy, env, execution="next_open", bars_per_year=252)
     assert same.account_value.iloc[1] == 13_000 and late.account_value.iloc[1] == 10_500
     assert same.baselines["equal_weight"].account_value.iloc[1] == 10_000 + 100 * 60  # closed form: 100 shares
@@ -217,8 +218,8 @@ def test_backtest_takes_execution_and_costs_and_trades_its_baselines_under_them(
     walk = pd.DataFrame(rng.uniform(10, 90, 3) * np.exp(np.cumsum(rng.normal(0, 0.02, (40, 3)), axis=0)),
                         index=pd.bdate_range("2020-01-02", periods=40))
     buy3 = lambda obs: torch.full((1, 3), 0.5)  # noqa: E731
-    plain = backtest(buy3, walk, cost_pct=1e-3)
-    general = backtest(buy3, walk, costs=Proportional(1e-3) + FixedPerTrade(0.0))
+    plain = backtest(buy3, walk, cost_pct=1e-3, execution="close")  # the closed-form baselines
+    general = backtest(buy3, walk, costs=Proportional(1e-3) + FixedPerTrade(0.0), execution="close")
     np.testing.assert_allclose(general.account_value, plain.account_value, rtol=1e-12)
     np.testing.assert_allclose(general.baselines["equal_weight"].account_value,
                                plain.baselines["equal_weight"].account_value, rtol=1e-12)

@@ -111,7 +111,7 @@ def test_a_leveraged_account_at_a_high_cost_rate_matches_the_independent_model()
     share-and-cash model in 39 steps (too few fixed-point steps for the cost rate x the leverage)."""
     close = random_close(50, 3, seed=7)
     env = PortfolioVecEnv(close, num_envs=3, cost_pct=0.1, long_short=True, gross_limit=4.5, episode_length=39,
-                          dtype=torch.float64)
+                          dtype=torch.float64, execution="close")
     env.reset()
     actions = torch.rand(39, 3, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64) * 2 - 1
     values = []
@@ -129,14 +129,14 @@ def test_the_rebalanced_baseline_is_exact_at_any_cost_it_accepts():
     w = np.array([0.5, 0.3, 0.2])
     for cost in (1e-3, 0.6):
         ref = reference_path(close.to_numpy(), np.tile(np.r_[w, 0.0], (39, 1)), cost, "close")
-        np.testing.assert_allclose(rebalanced(close, w, cost).account_value.to_numpy()[1:], ref, rtol=1e-9)
+        np.testing.assert_allclose(rebalanced(close, w, cost, execution="close").account_value.to_numpy()[1:], ref, rtol=1e-9)
 
 
 def test_value_changes_by_market_moves_less_costs_over_many_accounts():
     """V_after = V_before * sum_i w_i g_i (stocks and cash at growth 1) - costs, every account, every step."""
     close = random_close(300, 5, seed=4)
     env = PortfolioVecEnv(close, num_envs=2048, cost_pct=1e-3, episode_length=20, random_start=True, seed=5,
-                          long_short=True, gross_limit=1.0)
+                          long_short=True, gross_limit=1.0, execution="close")  # trade, then the day's move
     env.reset()
     g = torch.Generator().manual_seed(6)
     for _ in range(20):
@@ -152,7 +152,8 @@ def test_value_changes_by_market_moves_less_costs_over_many_accounts():
 
 def test_borrow_fee_is_charged_on_shorts_only():
     close = pd.DataFrame({"A": [10.0] * 30, "B": [20.0] * 30}, index=pd.bdate_range("2021-01-01", periods=30))
-    env = PortfolioVecEnv(close, num_envs=2, long_short=True, borrow_rate=0.252, cost_pct=0.0, episode_length=10)
+    env = PortfolioVecEnv(close, num_envs=2, long_short=True, borrow_rate=0.252, cost_pct=0.0, episode_length=10,
+                          execution="close")  # the fee on the short just opened
     env.reset()
     a = torch.tensor([[-0.5, 0.0], [0.5, 0.0]])  # short half the account in A; long half in A
     _, _, _, _, info = env.step(a)
@@ -249,7 +250,8 @@ def test_env_reward_is_the_differential_sharpe_of_a_known_return_path():
     """All in one stock (softmax weight 1 - e^-100), no costs: the account's returns are the stock's."""
     r = np.array([0.01, -0.02, 0.005, 0.03, -0.01, 0.0, 0.015, -0.005, 0.02, -0.03])
     close = pd.DataFrame({"A": 100 * np.cumprod(np.r_[1.0, 1 + r])}, index=pd.bdate_range("2021-01-01", periods=11))
-    env = PortfolioVecEnv(close, reward="differential_sharpe", dsr_eta=0.1, cost_pct=0.0, logit_scale=50.0, window=1)
+    env = PortfolioVecEnv(close, reward="differential_sharpe", dsr_eta=0.1, cost_pct=0.0, logit_scale=50.0, window=1,
+                          execution="close")  # in the stock from the first step
     env.reset()
     rewards = [env.step(torch.tensor([[1.0, -1.0]]))[1].item() for _ in range(10)]
     np.testing.assert_allclose(rewards, differential_sharpe(r, eta=0.1), rtol=1e-5)
@@ -261,7 +263,7 @@ def test_drawdown_penalty_costs_only_when_the_drawdown_deepens():
     plain, penalised = [], []
     for out, penalty in ((plain, 0.0), (penalised, 2.0)):
         env = PortfolioVecEnv(close, cost_pct=0.0, reward="drawdown_penalty", risk_penalty=penalty,
-                              reward_scale=1.0, logit_scale=50.0, window=1)
+                              reward_scale=1.0, logit_scale=50.0, window=1, execution="close")
         env.reset()
         for _ in range(5):
             out.append(env.step(torch.tensor([[1.0, -1.0]]))[1].item())
@@ -283,7 +285,7 @@ def test_autoreset_and_truncation():
 
 def test_bust_short_is_terminated():
     close = pd.DataFrame({"A": [10.0, 40.0, 40.0, 40.0], "B": [1.0] * 4}, index=pd.bdate_range("2021-01-01", periods=4))
-    env = PortfolioVecEnv(close, long_short=True, cost_pct=0.0, window=1)
+    env = PortfolioVecEnv(close, long_short=True, cost_pct=0.0, window=1, execution="close")
     env.reset()
     _, _, term, trunc, info = env.step(torch.tensor([[-1.0, 0.0]]))  # short all in A, A quadruples
     assert term.item() and not trunc.item()
@@ -407,7 +409,7 @@ def test_ppo_preset_learns_the_regimes_out_of_sample():
     agent = podracer.make_agent("ppo", env, seed=0)  # the "portfolio" preset
     agent, _ = podracer.train(agent, env, total_steps=32768, seed=0)
     learned = podracer.evaluate(agent, test, seed=0)["eval/return_mean"]
-    assert oracle > 100 and equal < 0  # the market is as described
+    assert oracle > 75 and equal < 0  # the market is as described (the oracle fills a day late: 85)
     assert learned > 0.7 * oracle, (learned, oracle, equal)
 
 

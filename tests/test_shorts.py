@@ -161,7 +161,8 @@ def test_check_env_passes_with_every_market_setting():
 
 def test_a_short_squeeze_ends_in_a_margin_call_and_liquidation():
     env = StockTradingVecEnv(one_stock([100.0, 100.0, 150.0, 160.0, 170.0]), initial_cash=10_000,
-                             max_trade_shares=1000, cost_pct=0.0, margin=Margin(initial=0.5, maintenance=0.25))
+                             max_trade_shares=1000, cost_pct=0.0, margin=Margin(initial=0.5, maintenance=0.25),
+                             execution="close")  # the prices below are the fills
     _, _, _, _, info = env.step(torch.tensor([[-1.0]]))  # short as much as the margin allows: 2x equity
     assert info["holdings"].item() == -199 and info["cash"].item() == 29_900  # proceeds stay in cash
     _, _, _, _, info = env.step(torch.tensor([[0.0]]))  # the price jumps to 150 at this mark
@@ -176,14 +177,14 @@ def test_a_short_squeeze_ends_in_a_margin_call_and_liquidation():
 def test_leverage_and_the_gross_limit():
     close = one_stock([100.0, 110.0, 110.0])
     lev = StockTradingVecEnv(close, initial_cash=10_000, max_trade_shares=1000, cost_pct=0.0,
-                             margin=Margin(initial=0.5, shorts=False))
+                             margin=Margin(initial=0.5, shorts=False), execution="close")
     _, _, _, _, info = lev.step(torch.tensor([[1.0]]))
     assert info["holdings"].item() == 199 and info["cash"].item() == 10_000 - 19_900  # borrowed cash
     assert info["account_value"].item() == 10_000 + 199 * 10  # 2x the move
     _, _, _, _, info = lev.step(torch.tensor([[-1.0]]))  # no shorts: sells stop at the holdings
     assert info["holdings"].item() == 0
     tight = StockTradingVecEnv(close, initial_cash=10_000, max_trade_shares=1000, cost_pct=0.0,
-                               margin=Margin(initial=0.5, max_gross=1.5))
+                               margin=Margin(initial=0.5, max_gross=1.5), execution="close")
     _, _, _, _, info = tight.step(torch.tensor([[-1.0]]))
     assert info["holdings"].item() == -149  # the tighter of 1 / initial and max_gross binds
 

@@ -13,7 +13,7 @@ from scipy import stats
 
 from finance.overfitting import psr_from_moments
 from finance.statistics import (lo_scale_factor, lo_sharpe_ratio, long_run_covariance, min_track_record_from_moments,
-                                minimum_track_record_length, sharpe_difference_test, spa_test,
+                                minimum_track_record_length, sharpe_difference_test, spa_test, step_down,
                                 stationary_bootstrap_variance)
 
 
@@ -205,6 +205,43 @@ def test_spa_studentises_what_arch_leaves_raw():
     arch_var = SPA(np.zeros(T), -d, block_size=5)
     arch_var._compute_variance()
     np.testing.assert_allclose(stationary_bootstrap_variance(d, 5), arch_var._loss_diff_var, rtol=1e-10)
+
+
+def several_winners(seed: int, T: int = 1000) -> tuple[pd.DataFrame, pd.Series]:
+    """Three strategies 0.04% a day over the benchmark (noise 0.3%) and one with no edge (noise 2%)."""
+    rng = np.random.default_rng(seed)
+    bench = rng.normal(4e-4, 0.01, T)
+    strategies = pd.DataFrame({f"good{k}": bench + rng.normal(4e-4, 0.003, T) for k in range(3)})
+    strategies["noisy"] = bench + rng.normal(0.0, 0.02, T)
+    return strategies, pd.Series(bench)
+
+
+def test_spa_and_stepm_survive_several_winners():
+    """Issue 34: arch 8's StepM.compute raised ``zero-size array to reduction operation maximum``
+    once a step rejected every model left (seed 4 below: the goods, then the noisy one at t = 1.7),
+    and the SPA p-value went with it. ``step_down`` stops there; elsewhere it is arch's StepM."""
+    from arch.bootstrap import SPA, StepM
+
+    everything = []
+    for seed in range(6):
+        strategies, bench = several_winners(seed)
+        out = spa_test(strategies, bench, block_length=3, reps=200, seed=0)
+        assert out.pvalue < 0.01 and out.best.startswith("good")
+        assert len([name for name in out.superior if name.startswith("good")]) >= 2
+        d = strategies.to_numpy() - bench.to_numpy()[:, None]
+        losses = -d / np.sqrt(stationary_bootstrap_variance(d, 3))
+        options = dict(block_size=3, reps=200, bootstrap="stationary")
+        found = step_down(SPA(np.zeros(len(d)), losses, seed=0, **options), 0.05)
+        assert [strategies.columns[i] for i in found] == out.superior
+        stepm = StepM(np.zeros(len(d)), losses, size=0.05, seed=0, **options)
+        try:
+            stepm.compute()
+        except ValueError:  # arch's bug: only where every model is rejected
+            assert len(found) == d.shape[1]
+        else:
+            assert list(stepm.superior_models) == found
+        everything.append(len(found) == d.shape[1])
+    assert any(everything), "the case arch fails on (every model rejected) must be among the seeds"
 
 
 def test_spa_input_errors():

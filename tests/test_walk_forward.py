@@ -15,6 +15,7 @@ from finance.market import MarketData
 from finance.walk_forward import RebalancePolicy, WalkForwardResult, walk_forward
 
 IC, COST = 1e6, 1e-3
+CLOSE = "close"  # the fill at the observed close: check_accounting's arithmetic (trades priced at their row's close)
 
 
 def synthetic_close(T: int = 420, S: int = 4, seed: int = 0) -> pd.DataFrame:
@@ -90,7 +91,7 @@ def test_calendar_windows_start_on_the_first_bar_of_each_span():
 
 
 def test_a_last_bar_left_alone_joins_the_window_before():
-    r = walk_forward(min_variance, synthetic_close(), 150, 19, cost_pct=COST, baselines=False)
+    r = walk_forward(min_variance, synthetic_close(), 150, 19, cost_pct=COST, baselines=False, execution=CLOSE)
     assert r.windows["test_days"].tolist() == [19] * 10 + [20]  # 210 = 11 x 19 + 1
     assert r.windows["test_end"].iloc[-1] == r.account_value.index[-1]
     check_accounting(r)
@@ -130,7 +131,9 @@ def test_prices_after_a_window_change_nothing_in_it(fit):
     were. Min-variance weights of windows 0-3 (fitted on bars up to that one) stay too; window 4,
     trained on perturbed bars, changes. The feature policy sees features scaled per window."""
     close = synthetic_close()
-    kw = dict(cost_pct=COST, keep_policies=True, baselines=False)
+    # Under "close" a window's trades are all priced in it; under next_close the last bar's order
+    # fills at the next window's first close (its size, not its decision, reads that price).
+    kw = dict(cost_pct=COST, keep_policies=True, baselines=False, execution=CLOSE)
     base = walk_forward(fit, close, 150, 40, **kw)
     end = base.windows["test_end"][2]
     noisy = close.copy()
@@ -154,7 +157,8 @@ def test_prices_after_a_window_change_nothing_in_it(fit):
 # ---------------------------------------------------------------------------- carry-over
 def test_stitched_curve_is_the_policies_run_back_to_back_with_the_account_carried():
     close = synthetic_close()
-    r = walk_forward(min_variance, close, 150, 40, cost_pct=COST, keep_policies=True, baselines=False)
+    r = walk_forward(min_variance, close, 150, 40, cost_pct=COST, keep_policies=True, baselines=False,
+                     execution=CLOSE)
     check_accounting(r)
     # Rebalancing at the boundaries trades (and pays) but never restarts the account.
     assert (r.windows["boundary_turnover"][1:] > 0).all() and (r.windows["costs"] > 0).all()
@@ -165,7 +169,7 @@ def test_stitched_curve_is_the_policies_run_back_to_back_with_the_account_carrie
     cash, shares, values = IC, np.zeros(close.shape[1]), []
     for k, (start, end) in enumerate(zip(r.windows["test_start"], r.windows["test_end"])):
         rows = close.loc[start:].iloc[:len(close.loc[start:end]) + 1]  # the window and its mark
-        env = StockTradingVecEnv(rows, initial_cash=IC, cost_pct=COST)
+        env = StockTradingVecEnv(rows, initial_cash=IC, cost_pct=COST, execution=CLOSE)
         policy = RebalancePolicy(env, r.policies[k].weights.numpy())
         obs, info = env.reset(options={"cash": cash, "holdings": shares})
         values.append(info["account_value"].item())
@@ -181,7 +185,7 @@ def test_stitched_curve_is_the_policies_run_back_to_back_with_the_account_carrie
 def test_buy_and_hold_trades_once_and_matches_the_baseline():
     close = synthetic_close()
     r = walk_forward(lambda train: BuyAndHoldPolicy(train.env("train")), close, 150, 40, cost_pct=COST,
-                     max_trade_shares=10**6)
+                     max_trade_shares=10**6, execution=CLOSE)  # buy_and_hold's closed form buys at the first close
     check_accounting(r)
     traded = r.trades.abs().sum(axis=1) > 0
     assert traded.tolist() == [True] + [False] * (len(r.trades) - 1)
@@ -215,7 +219,7 @@ def test_warm_start_gets_a_copy_of_the_previous_policy():
 # ---------------------------------------------------------------------------- the env's start option
 def test_env_reset_starts_from_a_given_account():
     close = synthetic_close(T=10, S=3)
-    env = StockTradingVecEnv(close, num_envs=2, initial_cash=1e4, episode_length=4)
+    env = StockTradingVecEnv(close, num_envs=2, initial_cash=1e4, episode_length=4, execution=CLOSE)
     shares = np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 5.0]])
     obs, info = env.reset(options={"cash": [100.0, 200.0], "holdings": shares})
     p0 = close.iloc[0].to_numpy()
@@ -277,7 +281,8 @@ def test_ppo_walk_forward_smoke():
         podracer.train(agent, env, 128, seed=0, progress=False)
         return agent
 
-    r = walk_forward(train_ppo, close, 120, 20, warm_start=True, keep_policies=True, cost_pct=COST)
+    r = walk_forward(train_ppo, close, 120, 20, warm_start=True, keep_policies=True, cost_pct=COST,
+                     execution=CLOSE)
     assert len(r.windows) == 2 and all(hasattr(p, "act") for p in r.policies)
     assert r.policies[0] is not r.policies[1]
     check_accounting(r)

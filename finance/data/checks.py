@@ -15,6 +15,7 @@ import pandas as pd
 
 # The fields of a panel, in column order; every source returns the subset it has.
 FIELDS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
+"""The price fields a panel may hold (the second level of its columns)."""
 PRICE_FIELDS: tuple[str, ...] = ("open", "high", "low", "close")
 
 

@@ -20,7 +20,9 @@ SAMPLE_TICKERS: tuple[str, ...] = (
     "AAPL", "AMD", "BAC", "BBY", "CVX", "GE", "HD", "JNJ", "JPM", "KO",
     "LLY", "MRK", "MSFT", "PEP", "PFE", "PG", "RRC", "UNH", "WMT", "XOM",
 )
+"""The 20 US stocks of the bundled daily close sample (``source="sample"``, 1990-2022)."""
 SAMPLE_OHLCV_TICKERS: tuple[str, ...] = ("AAPL", "GOOG", "IBM", "MSFT")
+"""The stocks of the bundled daily OHLCV sample (``source="sample_ohlcv"``, 2000-2013)."""
 BENCHMARK_NAME = "S&P 500"  # the column of the bundled index file, and the name of every benchmark series
 
 # Sample name -> bundled file (layouts in README.md, next to this module).
