@@ -93,10 +93,16 @@ one of these is set; ``docs/trading_realism.md``):
   leverage: orders that add exposure are scaled down so that after the trade gross exposure
   ``|h| . p <= L * equity`` (``L = 1 / initial`` margin, or ``max_gross``); when the equity at a
   close is below ``maintenance * gross``, every position of the account is closed at its next fill
-  (``info["margin_call"]``), whatever the action.
+  (``info["margin_call"]``), whatever the action; with ``Margin(liquidation="restore")`` only the
+  same fraction of every position that restores ``equity >= maintenance * gross`` at that fill.
 
 - ``financing=finance.Financing(cash_rate=..., margin_rate=..., short_rebate=...)``: interest on
   the balances at each close, added to the cash at the next mark (``info["interest"]``).
+- ``dividends=``: cash per share on each ex-date (``load_prices(..., dividends=True)["dividends"]``),
+  with prices adjusted for splits only: the shares held overnight into an ex-date are paid
+  ``shares * dividend`` in cash at that day's mark, a short position pays it (``info["dividends"]``).
+  Refused on prices tagged total-return, which hold the dividends already.
+- ``tick_size=``: fills on a price grid per stock: buys round up to the tick, sells down.
 
 Turbulence switch (FinRL): with ``turbulence_threshold`` set, on a day with
 ``turbulence[t] >= turbulence_threshold`` every account sells all holdings (paying costs) and
@@ -132,8 +138,9 @@ import pandas as pd
 import torch
 
 from finance.costs import CostModel, Proportional, as_cost_model
-from finance.data.checks import check_dates, check_int, check_number, check_prices
-from finance.execution import Financing, Margin, execute, execute_orders, margin_call
+from finance.data.checks import ADJUSTMENT, _show_date, check_dates, check_int, check_number, check_prices
+from finance.execution import (Financing, Margin, execute, execute_orders, margin_call, restoring_fraction,
+                               round_to_tick)
 from podracer.agents.common import deprecated_alias
 from podracer.envs import TensorVecEnv
 
@@ -257,8 +264,9 @@ def _panel_array(x: ArrayLike, name: str, dates: pd.Index, tickers: list[str], c
         check_prices(values, dates, tickers, name)
     elif not (np.isfinite(values).all() and (values >= 0).all()):
         t, s = np.argwhere(~(np.isfinite(values) & (values >= 0)))[0]
-        raise ValueError(f"{name} must be finite and >= 0 (shares traded per day), got {values[t, s]} at "
-                         f"{dates[t]!s}, {tickers[s]}; fill gaps (volume.fillna(0))")
+        what = "cash per share on each ex-date" if name == "dividends" else "shares traded per day"
+        raise ValueError(f"{name} must be finite and >= 0 ({what}), got {values[t, s]} at "
+                         f"{_show_date(dates[t])}, {tickers[s]}; fill gaps ({name}.fillna(0))")
     return values
 
 
@@ -366,6 +374,13 @@ class StockTradingVecEnv(TensorVecEnv):
         max_position: the most shares held per stock, long or short, a number or one per stock
             (in whole lots with ``lot_size``); orders beyond it are cut. None: no limit (a gross
             limit relative to equity is ``finance.Margin(max_gross=...)``).
+        dividends: cash dividends per share on each ex-date, like ``close`` (0 on other days;
+            ``load_prices(..., dividends=True)["dividends"]``), with closes adjusted for splits
+            only. Holdings carried into an ex-date receive (short: pay) ``shares * dividend`` at
+            its mark. A close frame tagged ``attrs["adjustment"] == "total_return"`` (yfinance's
+            default, the samples) is refused: its prices hold the dividends already. None: none.
+        tick_size: the price grid, a number or one per stock (> 0): buys fill at the fill price
+            rounded up to a tick, sells rounded down (the side that costs the trader). None: any price.
 
     Sizes (``num_envs``, ``max_trade_shares``, ``episode_length``, ``seed``) take any integer type
     (``np.int64`` too), never a float or a bool; amounts must be finite. A bad value is a
@@ -393,7 +408,7 @@ class StockTradingVecEnv(TensorVecEnv):
                  volume: ArrayLike | None = None, execution: str = "next_close", costs: CostModel | None = None,
                  max_participation: float | None = None, margin: Margin | None = None,
                  financing: Financing | None = None, lot_size: Any = None, max_position: Any = None,
-                 universe: Any = None):
+                 universe: Any = None, dividends: ArrayLike | None = None, tick_size: Any = None):
         num_envs = check_int(num_envs, "num_envs", low=1)  # np.int64 too; the base class wants an int
         super().__init__(num_envs, device, _check_flag(validate_actions, "validate_actions"))
         close_is_frame = isinstance(close, pd.DataFrame)
@@ -412,6 +427,8 @@ class StockTradingVecEnv(TensorVecEnv):
         self._set_financing(financing)
         self._set_position_rules(lot_size, max_position)
         self._set_universe(universe)
+        self._set_dividends(dividends, close, close_is_frame)
+        self._set_ticks(tick_size)
         self._set_starts(seed)
         self.reset()
 
@@ -510,7 +527,7 @@ class StockTradingVecEnv(TensorVecEnv):
     def plain_market(self) -> bool:
         """True for the original market model: fills at the observed close, proportional costs, a
         cash account, no cap; ``finance.backtest.buy_and_hold`` reproduces it in closed form."""
-        return self._fast and self.execution == "close" and self.financing is None
+        return self._fast and self.execution == "close" and self.financing is None and self.dividends is None
 
     def _set_data(self, close_np: np.ndarray, features: ArrayLike | None, turbulence: ArrayLike | None,
                   price_scale: ArrayLike | None, close_is_frame: bool) -> None:
@@ -589,6 +606,43 @@ class StockTradingVecEnv(TensorVecEnv):
         after = torch.cat([member[1:], member[-1:]])  # the next decision's fill; the data's end is no exit
         self._tradable, self._leaving = member, member & ~after
         self._fast = False  # orders are masked per name; the general fill takes them
+
+    def _set_dividends(self, dividends: ArrayLike | None, close: Any, close_is_frame: bool) -> None:
+        """Cash dividends per share by ex-date, (T, S), or None (none, or all zero: the books of no dividends)."""
+        self.dividends = None
+        if dividends is None:
+            return
+        if close_is_frame and close.attrs.get(ADJUSTMENT) == "total_return":
+            raise ValueError("dividends as cash on total-return prices would count each dividend twice: these closes "
+                             "are back-adjusted for dividends (attrs['adjustment'] == 'total_return'). Load split-only "
+                             "prices with their dividends, prices = finance.load_prices(..., dividends=True), and pass "
+                             "close=prices['close'], dividends=prices['dividends']; or drop dividends=")
+        values = _panel_array(dividends, "dividends", self.dates, self.tickers, close_is_frame, positive=False)
+        if values.any():
+            self.dividends = torch.as_tensor(values, dtype=self.dtype, device=self.device)
+
+    def _set_ticks(self, tick_size: Any) -> None:
+        """The tick grid: per decision day the fill price of a buy (rounded up) and of a sell (down), (T, S)."""
+        self.tick_size = _per_stock(tick_size, "tick_size", self.num_stocks, whole=False, low=0)
+        self._fill_up = self._fill_down = None
+        if self.tick_size is None:
+            return
+        if not (self.tick_size > 0).all():
+            raise ValueError(f"tick_size must be > 0 for every stock (0.01 for a cent), got {self.tick_size.tolist()}; "
+                             "None: no price grid")
+        tick = torch.as_tensor(self.tick_size, dtype=self.dtype, device=self.device)
+        prices = self.open_prices if self.execution == "next_open" else self.close_prices
+        up, down = round_to_tick(prices, tick)
+        low = (down <= 0).nonzero()
+        if len(low):
+            t, s = low[0].tolist()
+            raise ValueError(f"tick_size {self.tick_size[s]:g} of {self.tickers[s]} is above its price "
+                             f"{float(prices[t, s]):g} on {_show_date(self.dates[t])}: a sell would fill at 0; use a "
+                             "smaller tick (prices back-adjusted far into the past can fall below a cent)")
+        if self.execution != "close":  # row t: the next bar's, as the fill prices
+            up, down = torch.cat([up[1:], up[-1:]]), torch.cat([down[1:], down[-1:]])
+        self._fill_up, self._fill_down = up, down
+        self._fast = False  # the general fill takes per-side prices
 
     def _in_universe(self, orders: torch.Tensor) -> torch.Tensor:
         """No order in a name outside its membership on the fill day; a spell's last fill closes the position."""
@@ -719,13 +773,17 @@ class StockTradingVecEnv(TensorVecEnv):
         if self._fast:
             ex = execute_orders(self.cash, self.holdings, fill, self._orders(actions), self.cost_pct)
         else:
-            ex, called = self._execute(actions, fill)
-        interest = None
+            ex, called, fill = self._execute(actions, fill)
+        # The balances carried overnight into day t+1: after a same-close trade, else before the next-bar fill.
+        held = (ex.cash, ex.holdings) if self.execution == "close" else (self.cash, self.holdings)
+        interest = paid = None
         if self.financing is not None:  # on the balances at today's close (after a same-close trade)
-            held = (ex.cash, ex.holdings) if self.execution == "close" else (self.cash, self.holdings)
             interest = self.financing.interest(*held, self.prices, self._cash_rate.index_select(0, self.day),
                                                self._margin_rate, self._rebate)
             ex = ex._replace(cash=ex.cash + interest)
+        if self.dividends is not None:  # the holders of record going into the ex-date t+1; shorts pay
+            paid = torch.linalg.vecdot(held[1], self.dividends.index_select(0, self.day + 1))
+            ex = ex._replace(cash=ex.cash + paid)
         day = self.day + 1
         next_prices = self.close_prices.index_select(0, day)  # (N, S) the mark
         position_value = ex.holdings * next_prices
@@ -744,6 +802,8 @@ class StockTradingVecEnv(TensorVecEnv):
             info["margin_call"] = called
         if interest is not None:
             info["interest"] = interest
+        if paid is not None:
+            info["dividends"] = paid
 
         self.day, self.elapsed, self.cash, self.holdings, self.prices = day, elapsed, ex.cash, ex.holdings, next_prices
         self.value, self.total_costs = value, info["total_costs"]
@@ -771,8 +831,9 @@ class StockTradingVecEnv(TensorVecEnv):
             orders.masked_fill_(self._turbulent(), -torch.inf)
         return orders
 
-    def _execute(self, actions: torch.Tensor, fill: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
-        """The general fill (``finance.execution.execute``) and the margin calls, (N,) or None.
+    def _execute(self, actions: torch.Tensor, fill: torch.Tensor) -> tuple[Any, torch.Tensor | None, torch.Tensor]:
+        """The general fill (``finance.execution.execute``), the margin calls, (N,) or None, and the
+        fill prices (on the tick grid: each order's side, up for buys, down for sells).
 
         Where the turbulence switch fires or the account is below maintenance at today's close,
         the orders close every position instead."""
@@ -781,23 +842,42 @@ class StockTradingVecEnv(TensorVecEnv):
             close_out = self._turbulent()
         if self.margin is not None:
             called = margin_call(self.cash, self.holdings, self.prices, self.margin.maintenance)
-            close_out = called[:, None] if close_out is None else close_out | called[:, None]
+            if self.margin.liquidation == "all":
+                close_out = called[:, None] if close_out is None else close_out | called[:, None]
         if self._lot is not None:  # whole lots (a position closed out is closed whole)
             orders = (orders / self._lot).round() * self._lot
         if self._limit is not None:  # |holdings after| <= max_position; a position above it is cut to it
             orders = (self.holdings + orders).clamp(-self._limit, self._limit) - self.holdings
         if close_out is not None:
             orders = torch.where(close_out, -self.holdings, orders)
+        if self.margin is not None and self.margin.liquidation == "restore" and bool(called.any()):
+            orders = self._restore_margin(orders, called, fill, close_out)
         max_shares = None
         if self.max_participation is not None:
             max_shares = (self._cap_volume.index_select(0, self.day) * self.max_participation).floor_()
             if self._lot is not None:
                 max_shares = (max_shares / self._lot).floor() * self._lot
+        if self._fill_up is not None:  # an order's sign is its side: caps and budgets only shrink it toward 0
+            fill = torch.where(orders > 0, self._fill_up.index_select(0, self.day),
+                               torch.where(orders < 0, self._fill_down.index_select(0, self.day), fill))
         m = self.margin
         ex = execute(self.cash, self.holdings, fill, orders, self.costs, self.day,
                      gross_limit=1.0 if m is None else m.gross_limit, shorts=m is not None and m.shorts,
                      max_shares=max_shares, lot=self._lot)
-        return ex, called
+        return ex, called, fill
+
+    def _restore_margin(self, orders: torch.Tensor, called: torch.Tensor, fill: torch.Tensor,
+                        close_out: torch.Tensor | None) -> torch.Tensor:
+        """``Margin(liquidation="restore")``: a called account's orders become the pro-rata sale that
+        restores its maintenance margin at this step's fill prices (``restoring_fraction``); the
+        turbulence switch, where it fires, still closes everything."""
+        if self._fill_up is not None:  # a long is sold (down the grid), a short bought back (up)
+            day_up, day_down = self._fill_up.index_select(0, self.day), self._fill_down.index_select(0, self.day)
+            fill = torch.where(self.holdings > 0, day_down, torch.where(self.holdings < 0, day_up, fill))
+        forced = restoring_fraction(self.cash, self.holdings, fill, self.costs, self.day, self.margin.maintenance,
+                                    self._lot)
+        replace = called[:, None] if close_out is None else called[:, None] & ~close_out
+        return torch.where(replace, forced, orders)
 
     def _autoreset(self, done: torch.Tensor, final_obs: torch.Tensor) -> torch.Tensor:
         """Same-step autoreset: start a fresh episode in the accounts where ``done``; returns the
@@ -838,6 +918,7 @@ class StockTradingVecEnv(TensorVecEnv):
         rules = dict(max_trade_shares=self.max_trade_shares, costs=self.costs, execution=self.execution,
                      max_participation=self.max_participation, margin=self.margin, financing=self.financing,
                      lot_size=self.lot_size, max_position=self.max_position, universe=self.universe,
+                     tick_size=self.tick_size,
                      turbulence_threshold=self.turbulence_threshold, reward_scale=self.reward_scale,
                      validate_actions=self.validate_actions)
         unknown = sorted(set(changes) - set(rules) - {"cost_pct"})
@@ -858,7 +939,7 @@ class StockTradingVecEnv(TensorVecEnv):
         return StockTradingVecEnv(
             self.close_frame(), features, turbulence, num_envs=num_envs, device=self.device,
             initial_cash=self.initial_cash, price_scale=self.price_scale, dtype=self.dtype,
-            open_prices=frame(self.open_prices), volume=frame(self.volume), **rules)
+            open_prices=frame(self.open_prices), volume=frame(self.volume), dividends=frame(self.dividends), **rules)
 
     def close_frame(self) -> pd.DataFrame:
         """The closes as a dates x tickers DataFrame."""

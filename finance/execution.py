@@ -32,7 +32,12 @@ for a margin account). Costs enter the budget as the cost model says they scale
 with ``Proportional(c)`` fills exactly as ``execute_orders`` (to float rounding).
 
 ``margin_call(cash, holdings, prices, maintenance)`` says which accounts are below maintenance
-(``equity < maintenance * gross``): the env liquidates them at the next fill.
+(``equity < maintenance * gross``): the env liquidates them at the next fill, every position
+(``Margin(liquidation="all")``, the default) or only the pro-rata part ``restoring_fraction`` finds
+(``"restore"``).
+
+``round_to_tick(prices, tick)`` puts prices on a tick grid, up for buys and down for sells (the
+env's ``tick_size``).
 """
 
 from __future__ import annotations
@@ -58,6 +63,10 @@ class Execution(NamedTuple):
     costs: torch.Tensor  # (N,) cost_pct * traded_value (execute: trade costs plus holding costs)
 
 
+LIQUIDATIONS = ("all", "restore")
+"""The values of ``Margin(liquidation=...)``: close the whole account, or only what restores maintenance."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Margin:
     """The rules of a margin account: leverage and short selling (the env's ``margin=``; None, the
@@ -71,6 +80,11 @@ class Margin:
             longs: 0.25). In [0, initial].
         max_gross: a tighter gross exposure limit, ``gross / equity``, if any (e.g. 1.5).
         shorts: allow short positions (selling shares not held).
+        liquidation: what a margin call does at the next fill. ``"all"`` (the default, the books of
+            1.1.0): close every position. ``"restore"``: as brokers do, sell (or buy back) the same
+            fraction of every position, the smallest that leaves ``equity >= maintenance * gross``
+            at the fill prices after the trade costs, in whole shares (lots) rounded up
+            (``restoring_fraction``); an account that cannot be restored is closed whole.
 
     Short-sale proceeds stay in cash, so cash can exceed equity; buying on margin makes it negative
     (a loan, at no interest here). Borrowing stock costs ``finance.costs.BorrowFee`` if the cost
@@ -81,6 +95,7 @@ class Margin:
     maintenance: float = 0.25
     max_gross: float | None = None
     shorts: bool = True
+    liquidation: str = "all"
 
     def __post_init__(self) -> None:
         for name in ("initial", "maintenance") + (("max_gross",) if self.max_gross is not None else ()):
@@ -96,6 +111,10 @@ class Margin:
             raise ValueError(f"Margin max_gross must be > 0 (gross exposure / equity), got {self.max_gross}")
         if not isinstance(self.shorts, bool):
             raise ValueError(f"Margin shorts must be True or False, got {self.shorts!r}")
+        if self.liquidation not in LIQUIDATIONS:
+            raise ValueError(f"Margin liquidation must be one of {LIQUIDATIONS} ('all': a margin call closes every "
+                             f"position; 'restore': only what restores the maintenance margin), got "
+                             f"{self.liquidation!r}")
 
     @property
     def gross_limit(self) -> float:
@@ -226,6 +245,38 @@ def margin_call(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor
     return equity < maintenance * torch.linalg.vecdot(holdings.abs(), prices)
 
 
+def restoring_fraction(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, costs: CostModel,
+                       day: torch.Tensor, maintenance: float, lot: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, S) liquidation orders: for each account the same fraction ``k`` of every position,
+    toward zero, rounded up to whole shares (or lots, capped at the position), with ``k`` the
+    smallest in [0, 1] after which ``equity >= maintenance * gross`` at ``prices`` net of the trade
+    costs of the liquidation (found by bisection; a position sold at ``p`` turns into the same cash,
+    so only the costs and the gross exposure change). Where no ``k`` restores it, every position is
+    closed (``k = 1``); where the account already meets it, nothing is sold (``k = 0``)."""
+    size = holdings.abs()
+    equity = cash + torch.linalg.vecdot(holdings, prices)
+
+    def cut(k: torch.Tensor) -> torch.Tensor:  # (N, S) shares sold or bought back at fraction k
+        shares = size * k[:, None]
+        shares = shares.ceil() if lot is None else (shares / lot).ceil() * lot
+        return torch.minimum(shares, size)
+
+    def restored(k: torch.Tensor) -> torch.Tensor:
+        shares = cut(k)
+        scaling, fixed = split_trade_costs(costs, shares, prices, day)
+        gross = torch.linalg.vecdot(size - shares, prices)
+        return equity - scaling - fixed >= maintenance * gross
+
+    low, high = torch.zeros_like(cash), torch.ones_like(cash)
+    for _ in range(BISECTION_STEPS):  # the smallest k that restores: restored(high) holds or high is 1
+        mid = 0.5 * (low + high)
+        fits = restored(mid)
+        low, high = torch.where(fits, low, mid), torch.where(fits, mid, high)
+    k = torch.where(restored(torch.zeros_like(cash)), 0.0, high)
+    k = torch.where(restored(k), k, 1.0)
+    return -torch.sign(holdings) * cut(k)
+
+
 def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, orders: torch.Tensor, costs: CostModel,
             day: torch.Tensor, *, gross_limit: float = 1.0, shorts: bool = False,
             max_shares: torch.Tensor | None = None, lot: torch.Tensor | None = None) -> Execution:
@@ -287,6 +338,21 @@ def execute(cash: torch.Tensor, holdings: torch.Tensor, prices: torch.Tensor, or
     cash = cash - torch.linalg.vecdot(trades, prices) - paid_costs
     traded_value = torch.linalg.vecdot(trades.abs(), prices)
     return Execution(cash, after, trades, traded_value, paid_costs)
+
+
+TICK_TOLERANCE = 1e-9  # in ticks: a price this close to the grid is on it (10.05 / 0.01 is 1005.0000000000001)
+
+
+def round_to_tick(prices: torch.Tensor, tick: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buy, sell) prices on the grid of ``tick`` (S,) per stock: ``prices`` (..., S) rounded up
+    to a whole number of ticks for a buy and down for a sell, the side that costs the trader. A
+    price already on the grid (to ``TICK_TOLERANCE`` of a tick, float rounding) is kept on it."""
+    ticks = prices / tick
+    nearest = ticks.round()
+    on_grid = (ticks - nearest).abs() <= TICK_TOLERANCE
+    up = torch.where(on_grid, nearest, ticks.ceil()) * tick
+    down = torch.where(on_grid, nearest, ticks.floor()) * tick
+    return up, down
 
 
 BISECTION_STEPS = 60  # halves [f_proportional, 1] to below 1e-18: past float64's resolution of f

@@ -225,3 +225,77 @@ def test_backtest_takes_execution_and_costs_and_trades_its_baselines_under_them(
                                plain.baselines["equal_weight"].account_value, rtol=1e-12)
     with pytest.raises(ValueError, match="when building the env"):
         backtest(buy, env, max_trade_shares=5)
+
+
+# ---------------------------------------------------------------------------- a margin call that restores
+def test_restoring_fraction_sells_the_same_fraction_of_every_position_by_hand():
+    from finance import Proportional
+    from finance.execution import restoring_fraction
+
+    # Long 100 A at 10, short 50 B at 20, cash 300: equity 300, gross 2,000, maintenance 0.3 (600).
+    cash, h, p, day = t(300.0), t([100.0, -50.0]), t([10.0, 20.0]), torch.zeros(1, dtype=torch.long)
+    free = restoring_fraction(cash, h, p, Proportional(0.0).bind(None, None), day, 0.3)
+    assert free.tolist() == [[-50.0, 25.0]]  # k = 1/2: 0.3 x (500 + 500) = 300
+    # 1% costs: 300 - 20 k >= 600 (1 - k), k >= 0.5172: 52 A and 26 B (at k = 0.51, 51 and 26 fall short).
+    paid = restoring_fraction(cash, h, p, Proportional(0.01).bind(None, None), day, 0.3)
+    assert paid.tolist() == [[-52.0, 26.0]]
+    assert 300 - 0.01 * (520 + 520) >= 0.3 * (480 + 480)
+    assert 300 - 0.01 * (510 + 520) < 0.3 * (490 + 480)
+    # Lots round the sale up to whole lots; an account already above maintenance sells nothing; one
+    # whose equity is gone is closed whole.
+    # Lots of 30 A and 20 B: k in (0.3, 0.4] sells 60 A and 20 B (gross 400 + 600, 0.3 x 1,000 = 300).
+    lots = restoring_fraction(cash, h, p, Proportional(0.0).bind(None, None), day, 0.3,
+                              lot=torch.tensor([30.0, 20.0], dtype=torch.float64))
+    assert lots.tolist() == [[-60.0, 20.0]]
+    batch = restoring_fraction(t(300.0, 900.0, -5.0), h.expand(3, 2), p.expand(3, 2),
+                               Proportional(0.0).bind(None, None), torch.zeros(3, dtype=torch.long), 0.3)
+    assert batch.tolist() == [[-50.0, 25.0], [0.0, 0.0], [-100.0, 50.0]]
+
+
+def test_a_margin_call_that_restores_the_maintenance_margin_by_hand():
+    from finance import Margin
+
+    close = pd.DataFrame({"A": [100.0, 100.0, 100.0, 70.0, 70.0, 70.0]}, index=pd.bdate_range("2022-03-01", periods=6))
+    rules = dict(initial_cash=10_000, max_trade_shares=1000, cost_pct=0.0)
+    restore = StockTradingVecEnv(close, margin=Margin(initial=0.5, maintenance=0.3, liquidation="restore"), **rules)
+    whole = StockTradingVecEnv(close, margin=Margin(initial=0.5, maintenance=0.3), **rules)
+    assert Margin().liquidation == "all"  # the default keeps 1.1.0's books
+    for env in (restore, whole):
+        *_, info = env.step(torch.tensor([[1.0]]))  # 199 shares at day 1's close: cash -9,900
+        assert info["holdings"].item() == 199 and info["cash"].item() == -9_900
+        env.step(torch.zeros(1, 1))
+        *_, info = env.step(torch.zeros(1, 1))  # marked at 70: equity 4,030 < 0.3 x 13,930 = 4,179
+        assert info["account_value"].item() == 4_030 and not info["margin_call"].item()
+    *_, info = restore.step(torch.tensor([[1.0]]))  # called, whatever the action
+    # 4,030 >= 0.3 x (199 - x) x 70 needs x >= 7.1: 8 shares sold at 70, 191 kept (192 x 21 = 4,032 > 4,030).
+    assert info["margin_call"].item() and info["trades"].item() == -8 and info["holdings"].item() == 191
+    assert info["cash"].item() == -9_900 + 8 * 70 and info["account_value"].item() == 4_030
+    *_, info = whole.step(torch.tensor([[1.0]]))
+    assert info["margin_call"].item() and info["holdings"].item() == 0 and info["cash"].item() == 4_030
+    *_, info = restore.step(torch.zeros(1, 1))
+    assert not info["margin_call"].item() and info["holdings"].item() == 191  # restored: no second call
+    with pytest.raises(ValueError, match=r"Margin liquidation must be one of \('all', 'restore'\)"):
+        Margin(liquidation="partial")
+
+
+def test_restoring_fraction_restores_or_closes_every_random_account():
+    from finance import FixedPerTrade, Proportional
+    from finance.costs import split_trade_costs
+    from finance.execution import restoring_fraction
+
+    g = torch.Generator().manual_seed(7)
+    N, S = 256, 4
+    h = torch.randint(-300, 301, (N, S), generator=g).double()
+    p = torch.rand(N, S, generator=g, dtype=torch.float64) * 90 + 10
+    gross = (h.abs() * p).sum(1)
+    cash = -(h * p).sum(1) + gross * (torch.rand(N, generator=g, dtype=torch.float64) * 0.5 - 0.1)  # equity -10%..40%
+    costs, day = (Proportional(2e-3) + FixedPerTrade(1.0)).bind(p, None), torch.zeros(N, dtype=torch.long)
+    orders = restoring_fraction(cash, h, p, costs, day, 0.3)
+    assert (orders * h <= 0).all() and (orders.abs() <= h.abs()).all()  # toward zero, never past it
+    scaling, fixed = split_trade_costs(costs, orders.abs(), p, day)
+    equity = cash + (h * p).sum(1) - scaling - fixed
+    restored = equity >= 0.3 * ((h + orders).abs() * p).sum(1)
+    closed = ((h + orders) == 0).all(1)
+    assert (restored | closed).all()
+    assert (orders[equity > 0.3 * gross + 1e-9] == 0).all()  # accounts above maintenance sell nothing
+    assert 0 < int(restored.sum() - (restored & closed).sum()) < N  # partial sales happen; so do closes

@@ -18,6 +18,8 @@ Sources:
   history for recent days only (``YF_INTRADAY_DAYS``: 1h for the last 730 days, 5m for 60, 1m
   for 30, at most 8 days per 1m request); when such a request comes back empty, the
   ``DataUnavailableError`` says so. A cached copy of an older download is still read.
+  ``dividends=True`` downloads split-only prices and a ``"dividends"`` field (cash per share on
+  each ex-date) instead, for the env's ``dividends=``; ``attrs["adjustment"]`` says which.
 - ``"sample"``: the bundled offline sample, 20 large US stocks (``SAMPLE_TICKERS``), adjusted
   close only, 1990-01-02 .. 2022-12-28 (from skfolio, BSD-3). ``load_benchmark`` gives the
   S&P 500 index over the same dates.
@@ -57,15 +59,16 @@ This folder also holds the bundled files (``*.parquet``); ``README.md`` here doc
 their sources and licences, and ``build_sample.py`` rebuilds them.
 """
 
-from finance.data.checks import (FIELDS, PRICE_FIELDS, DataError, DataUnavailableError, DataWarning, check_dates,
-                                 check_int, check_number, check_prices)
+from finance.data.checks import (ADJUSTMENT, DIVIDENDS, FIELDS, PRICE_FIELDS, DataError, DataUnavailableError,
+                                 DataWarning, check_dates, check_int, check_number, check_prices)
 from finance.data.files import BENCHMARK_NAME, SAMPLE_OHLCV_TICKERS, SAMPLE_TICKERS
 from finance.data.load import DateLike, load_benchmark, load_prices
 from finance.data.synthetic import synthetic_prices
 from finance.data.yahoo import BENCHMARK_YAHOO_TICKER, YF_INTERVALS, YF_INTRADAY_DAYS, _cache_path
 
 __all__ = [
-    "FIELDS", "PRICE_FIELDS", "SAMPLE_TICKERS", "SAMPLE_OHLCV_TICKERS", "BENCHMARK_NAME", "BENCHMARK_YAHOO_TICKER",
+    "FIELDS", "PRICE_FIELDS", "DIVIDENDS", "ADJUSTMENT",
+    "SAMPLE_TICKERS", "SAMPLE_OHLCV_TICKERS", "BENCHMARK_NAME", "BENCHMARK_YAHOO_TICKER",
     "YF_INTERVALS", "YF_INTRADAY_DAYS", "DateLike",
     "DataError", "DataUnavailableError", "DataWarning",
     "check_dates", "check_prices", "check_int", "check_number",

@@ -17,6 +17,12 @@ import pandas as pd
 FIELDS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
 """The price fields a panel may hold (the second level of its columns)."""
 PRICE_FIELDS: tuple[str, ...] = ("open", "high", "low", "close")
+DIVIDENDS = "dividends"
+"""The field of cash dividends per share, on each ex-date (``load_prices(..., dividends=True)``)."""
+ADJUSTMENT = "adjustment"
+"""The ``DataFrame.attrs`` key ``load_prices`` sets: ``"total_return"`` (back-adjusted for splits and
+dividends: dividends are inside the prices) or ``"splits"`` (split-adjusted only, dividends paid as
+cash from the ``dividends`` field). The env refuses dividends as cash on total-return prices."""
 
 
 class DataError(ValueError):

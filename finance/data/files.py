@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from finance.data.checks import FIELDS, DataError
+from finance.data.checks import DIVIDENDS, FIELDS, DataError
 
 SAMPLE_TICKERS: tuple[str, ...] = (
     "AAPL", "AMD", "BAC", "BBY", "CVX", "GE", "HD", "JNJ", "JPM", "KO",
@@ -84,8 +84,8 @@ def _table_to_panel(table: pd.DataFrame, where: str) -> pd.DataFrame:
         dates = dates.dt.tz_localize(None)
     ticker_col = columns.get("ticker", columns.get("tic"))
     if ticker_col is not None:  # long
-        present = [f for f in FIELDS if f in columns]
-        if not present:
+        present = [f for f in FIELDS + (DIVIDENDS,) if f in columns]  # load_prices keeps dividends if asked
+        if not set(present) - {DIVIDENDS}:
             raise DataError(f"{where} is a long file (it has a ticker column) but no price column; expected some "
                             f"of {FIELDS}")
         long = table[[columns[f] for f in present]].copy()

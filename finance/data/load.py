@@ -14,7 +14,7 @@ from typing import Sequence, Union
 import numpy as np
 import pandas as pd
 
-from finance.data.checks import FIELDS, PRICE_FIELDS, DataError, check_int
+from finance.data.checks import ADJUSTMENT, DIVIDENDS, FIELDS, PRICE_FIELDS, DataError, check_int
 from finance.data.clean import _clean
 from finance.data.files import BENCHMARK_NAME, _BENCHMARK_FILE, _data_dir, _is_sample, _read_table, _resolve_file_source
 from finance.data.yahoo import BENCHMARK_YAHOO_TICKER, YF_INTERVALS, _load_yfinance
@@ -33,6 +33,7 @@ def load_prices(
     fields: Sequence[str] | None = None,
     min_days: int = 1,
     ffill_limit: int = 5,
+    dividends: bool = False,
 ) -> pd.DataFrame:
     """Load a clean price panel: dates x (field, ticker).
 
@@ -53,6 +54,11 @@ def load_prices(
         min_days: fewer dates than this after cleaning raises ``DataError``.
         ffill_limit: longest gap (in rows, i.e. bars) that is forward-filled; longer gaps drop
             the ticker.
+        dividends: add a ``"dividends"`` field, the cash dividend per share on each ex-date (0
+            elsewhere), with prices adjusted for splits only, so the env can pay dividends as cash
+            (``StockTradingVecEnv(dividends=...)``) without counting them twice. yfinance downloads
+            them (``auto_adjust=False, actions=True``); a long file needs a ``dividends`` column; the
+            bundled samples have none (their prices already include dividends).
 
     Returns:
         ``DataFrame`` indexed by a tz-naive ``DatetimeIndex`` named ``"date"``, with
@@ -63,12 +69,22 @@ def load_prices(
         DataError: unknown source, ticker or field; empty or reversed range; too few days;
             non-positive prices.
         DataUnavailableError: yfinance returned nothing and nothing is cached.
+
+    ``result.attrs["adjustment"]`` says what the prices include: ``"total_return"`` (yfinance's
+    default and the samples: back-adjusted for splits and dividends) or ``"splits"`` (with
+    ``dividends=True``); a file's own prices are not tagged.
     """
     names = _as_ticker_list(tickers)
     start_ts, end_ts = _check_range(start, end)
     min_days = check_int(min_days, "min_days", low=1, error=DataError)
     ffill_limit = check_int(ffill_limit, "ffill_limit", low=0, error=DataError)
     wanted = _check_fields(fields)
+    if not isinstance(dividends, bool):
+        raise DataError(f"dividends must be True or False, got {dividends!r}")
+    if dividends and _is_sample(source):
+        raise DataError(f"the bundled {source!r} data has no dividends: its prices are back-adjusted, so dividends "
+                        "are inside them already (a total return). Use source='yfinance' or a long file with a "
+                        "'dividends' column for dividends paid as cash, or dividends=False")
 
     if isinstance(source, str) and source == "yfinance":
         if names is None:
@@ -80,7 +96,7 @@ def load_prices(
         names = [t.upper() for t in names]  # Yahoo symbols are upper case; yfinance returns them so
         end_ts = end_ts if end_ts is not None else pd.Timestamp.today().normalize()
         _check_order(start_ts, end_ts)
-        raw = _load_yfinance(names, start_ts, end_ts, interval, cache_dir)
+        raw = _load_yfinance(names, start_ts, end_ts, interval, cache_dir, dividends)
         label = "yfinance"
     else:
         path, label = _resolve_file_source(source)
@@ -91,8 +107,35 @@ def load_prices(
         names = _check_known_tickers(names, raw, label)
         raw = raw.loc[:, raw.columns.get_level_values("ticker").isin(names)]
     raw = _select_range(raw, start_ts, end_ts, label)
-    raw = _select_fields(raw, wanted, label)
-    return _clean(raw, names, min_days=min_days, ffill_limit=ffill_limit, label=label)
+    panel = _clean(_select_fields(raw, wanted, label), names, min_days=min_days, ffill_limit=ffill_limit, label=label)
+    if dividends:
+        panel = _with_dividends(panel, raw, label)
+    # What the prices include, for the env's check that a dividend is never counted twice.
+    if dividends or label == "yfinance" or _is_sample(source):
+        panel.attrs[ADJUSTMENT] = "splits" if dividends else "total_return"
+    return panel
+
+
+def _with_dividends(panel: pd.DataFrame, raw: pd.DataFrame, label: str) -> pd.DataFrame:
+    """``panel`` with a ``dividends`` field from ``raw``: cash per share on each ex-date, 0 elsewhere,
+    on the panel's dates and tickers. A dividend on a date cleaning dropped is paid on the next date."""
+    if DIVIDENDS not in raw.columns.get_level_values("field"):
+        raise DataError(f"{label!r} has no dividends: a long file needs a 'dividends' column (cash per share on "
+                        "each ex-date, 0 or empty elsewhere), or pass dividends=False")
+    tickers = list(panel["close"].columns if "close" in panel.columns.get_level_values("field")
+                   else dict.fromkeys(panel.columns.get_level_values("ticker")))
+    cash = raw[DIVIDENDS].reindex(columns=tickers).fillna(0.0)
+    bad = ~np.isfinite(cash.to_numpy()) | (cash.to_numpy() < 0)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise DataError(f"dividend {cash.iat[row, col]} for {tickers[col]} on {cash.index[row].date()} in {label!r}: "
+                        "dividends are cash per share, finite and >= 0; fix the source data")
+    after = panel.index.searchsorted(cash.index)  # the first kept date on or after each row's date
+    inside = after < len(panel.index)
+    per_date = cash[inside].groupby(after[inside]).sum()
+    out = pd.DataFrame(0.0, index=panel.index, columns=pd.Index(tickers, name="ticker"))
+    out.iloc[per_date.index.to_numpy()] = per_date.to_numpy()
+    return pd.concat([panel, pd.concat({DIVIDENDS: out}, axis=1, names=["field", "ticker"])], axis=1)
 
 
 def load_benchmark(start: DateLike = None, end: DateLike = None, source: str | os.PathLike = "sample",

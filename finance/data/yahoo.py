@@ -1,9 +1,12 @@
 """The ``"yfinance"`` source: Yahoo Finance through ``yfinance.download``, cached as parquet.
 
 A download is split- and dividend-adjusted OHLCV (``auto_adjust=True``) for any yfinance
-``interval``; intraday bars are the regular session only (``prepost=False``), labelled by their
-start. Each complete download is written to one cache file (``_cache_path``: its name hashes the
-tickers, dates and interval), so a second call, or a call offline, reads the file instead.
+``interval``; with ``dividends=True`` it is split-adjusted only (``auto_adjust=False``, Yahoo's
+``Close``, not its ``Adj Close``) with the cash dividend per share on each ex-date
+(``actions=True``), so a dividend is paid once, as cash, never also inside the price. Intraday
+bars are the regular session only (``prepost=False``), labelled by their start. Each complete
+download is written to one cache file (``_cache_path``: its name hashes the tickers, dates,
+interval and adjustment), so a second call, or a call offline, reads the file instead.
 Yahoo serves intraday history for recent days only (``YF_INTRADAY_DAYS``); when such a request
 comes back empty, the ``DataUnavailableError`` says so.
 
@@ -25,7 +28,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from finance.data.checks import FIELDS, DataError, DataUnavailableError, check_dates
+from finance.data.checks import DIVIDENDS, FIELDS, DataError, DataUnavailableError, check_dates
 from finance.data.files import SAMPLE_TICKERS, _read_table
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,7 @@ _CACHE_FORMAT = "v1"  # bump when the layout of cache files changes, so old file
 
 
 def _cache_path(tickers: Sequence[str], start: pd.Timestamp, end: pd.Timestamp, interval: str,
-                cache_dir: str | os.PathLike | None) -> Path:
+                cache_dir: str | os.PathLike | None, dividends: bool = False) -> Path:
     """Cache file of one download: readable prefix + hash of (tickers, start, end, interval).
 
     Tickers are sorted, so the order they were asked in does not matter; anything else
@@ -54,20 +57,22 @@ def _cache_path(tickers: Sequence[str], start: pd.Timestamp, end: pd.Timestamp, 
 
         cache_dir = platformdirs.user_cache_dir("podracer")
     names = sorted(set(tickers))
-    key = "|".join([_CACHE_FORMAT, ",".join(names), start.isoformat(), end.isoformat(), interval, "auto_adjust"])
+    adjust = "splits+dividends" if dividends else "auto_adjust"  # another price series: another file
+    key = "|".join([_CACHE_FORMAT, ",".join(names), start.isoformat(), end.isoformat(), interval, adjust])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     shown = "-".join(re.sub(r"[^A-Za-z0-9.]+", "_", t) for t in names[:3])  # ^GSPC -> _GSPC
     shown += f"+{len(names) - 3}" if len(names) > 3 else ""
-    return Path(cache_dir) / f"yf_{interval}_{start.date()}_{end.date()}_{shown}_{digest}.parquet"
+    tag = "_div" if dividends else ""
+    return Path(cache_dir) / f"yf_{interval}{tag}_{start.date()}_{end.date()}_{shown}_{digest}.parquet"
 
 
 def _load_yfinance(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interval: str,
-                   cache_dir: str | os.PathLike | None) -> pd.DataFrame:
-    path = _cache_path(tickers, start, end, interval, cache_dir)
+                   cache_dir: str | os.PathLike | None, dividends: bool = False) -> pd.DataFrame:
+    path = _cache_path(tickers, start, end, interval, cache_dir, dividends)
     if path.is_file():
         log.info("reading cached download %s", path)
         return _read_table(path)
-    raw = _download(tickers, start, end, interval, path)
+    raw = _download(tickers, start, end, interval, path, dividends)
     if raw.index.has_duplicates:  # Yahoo sometimes repeats a bar; never cache it, so a retry can fix it
         check_dates(raw.index, f"yfinance's download of {', '.join(tickers)} ({interval})",
                     note=". Yahoo sometimes repeats a bar: nothing was cached, so a later call downloads again")
@@ -78,7 +83,8 @@ def _load_yfinance(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, i
     return raw
 
 
-def _download(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interval: str, path: Path) -> pd.DataFrame:
+def _download(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interval: str, path: Path,
+              dividends: bool = False) -> pd.DataFrame:
     try:
         import yfinance as yf
     except ImportError as exc:
@@ -89,22 +95,25 @@ def _download(tickers: list[str], start: pd.Timestamp, end: pd.Timestamp, interv
     limit = _intraday_history_note(start, end, interval)  # the likely reason, for old intraday requests
     fix = (f"Use source='sample' for the bundled offline data (tickers {', '.join(SAMPLE_TICKERS)}; "
            f"1990-01-02 .. 2022-12-28), or run once online to fill the cache (no cached copy at {path}).")
+    # Split-adjusted prices and the dividends as cash, or total-return prices (dividends inside them).
+    adjust = dict(auto_adjust=False, actions=True) if dividends else dict(auto_adjust=True)
     try:
         # yfinance's `end` is exclusive; ours is an inclusive calendar day.
         frame = yf.download(tickers, start=start.strftime("%Y-%m-%d"),
                             end=(end.normalize() + pd.Timedelta(days=1)).strftime("%Y-%m-%d"),
-                            interval=interval, auto_adjust=True, group_by="ticker", threads=False, progress=False)
+                            interval=interval, **adjust, group_by="ticker", threads=False, progress=False)
     except Exception as exc:  # any failure inside yfinance means the same thing to the caller
         raise DataUnavailableError(f"yfinance failed for {what}: {type(exc).__name__}: {exc}. {limit}{fix}") from exc
     # Offline, yfinance logs each failure and returns an empty frame instead of raising.
     if frame is None or frame.empty or frame.dropna(how="all").empty:
         reason = limit or "offline, rate-limited, or unknown tickers (yfinance logs the reason). "
         raise DataUnavailableError(f"yfinance returned no data for {what}: {reason}{fix}")
-    return _yfinance_to_panel(frame, tickers)
+    return _yfinance_to_panel(frame, tickers, dividends)
 
 
-def _yfinance_to_panel(frame: pd.DataFrame, tickers: list[str]) -> pd.DataFrame:
-    """yfinance's (Ticker, Price) or single-level columns -> our (field, ticker) layout."""
+def _yfinance_to_panel(frame: pd.DataFrame, tickers: list[str], dividends: bool = False) -> pd.DataFrame:
+    """yfinance's (Ticker, Price) or single-level columns -> our (field, ticker) layout; with
+    ``dividends``, the ``Dividends`` column too (``Adj Close`` and ``Stock Splits`` are dropped)."""
     frame = frame.copy()
     if isinstance(frame.columns, pd.MultiIndex):
         level0 = {str(v).lower() for v in frame.columns.get_level_values(0)}
@@ -117,8 +126,9 @@ def _yfinance_to_panel(frame: pd.DataFrame, tickers: list[str]) -> pd.DataFrame:
                                                   names=["field", "ticker"])
     else:
         raise DataError(f"unexpected yfinance columns {list(frame.columns)[:8]} for tickers {tickers}")
-    frame = frame.loc[:, frame.columns.get_level_values("field").isin(FIELDS)].astype("float64")
-    present = [f for f in FIELDS if f in frame.columns.get_level_values("field")]
+    keep = FIELDS + ((DIVIDENDS,) if dividends else ())
+    frame = frame.loc[:, frame.columns.get_level_values("field").isin(keep)].astype("float64")
+    present = [f for f in keep if f in frame.columns.get_level_values("field")]
     columns = pd.MultiIndex.from_product([present, tickers], names=["field", "ticker"])
     frame = frame.reindex(columns=columns)  # a ticker yfinance left out becomes all-NaN: reported later
     frame.index = _naive_index(pd.DatetimeIndex(frame.index)).rename("date").as_unit("ns")
