@@ -527,23 +527,27 @@ pbo = probability_of_backtest_overfitting  # short alias
 
 
 # ---------------------------------------------------------------------------- tournament entries as trials
-def trial_returns_from_leaderboard(board: Any, env: Any, entries: Sequence[Any] | None = None) -> pd.DataFrame:
-    """Per-period returns of leaderboard entries, each run through ``env``: (dates x entry id).
+def trial_returns_from_leaderboard(board: Any, env: Any = None, entries: Sequence[Any] | None = None) -> pd.DataFrame:
+    """Per-period returns of leaderboard entries: (periods x entry id).
 
-    The leaderboard keeps one validation score per entry, not a return series, so each entry's
-    checkpoint is loaded (verified) and backtested deterministically on ``env`` with
-    ``finance.backtest`` (no baselines). Pass the split the tournament selected on, e.g.
-    ``market.env("valid")``: the frame is then the trials matrix M of
-    ``probability_of_backtest_overfitting`` and, through ``sharpe_ratio``, the ``trial_sharpes``
-    of ``deflated_sharpe_ratio``. Entries of one lineage are correlated trials: N overstates the
+    With ``env=None`` they are read from the board itself: the daily validation returns each entry's
+    fitness kept (a tournament with ``fitness="windowed"``, ``finance.fitness``), nothing re-run; a
+    board without them (another fitness, an older store) is an error that says to pass the env.
+    With ``env`` each entry's checkpoint is loaded (verified) and backtested deterministically on it
+    with ``finance.backtest`` (no baselines), indexed by date: pass the split to compare on, the one
+    the tournament selected on (``market.env("valid")``) or the test split.
+
+    On the split the tournament selected on, the frame is the trials matrix M of
+    ``probability_of_backtest_overfitting`` and, through ``sharpe_ratio``, the ``trial_sharpes`` of
+    ``deflated_sharpe_ratio``. Entries of one lineage are correlated trials: N overstates the
     number of independent ones.
 
     Args:
         board: a ``podracer.Leaderboard`` or its store directory.
-        env: a ``StockTradingVecEnv`` (or ``MarketData.env(split)``) over the dates to compare on.
+        env: a ``StockTradingVecEnv`` (or ``MarketData.env(split)``) over the dates to compare on;
+            ``None``: the validation returns stored in the board.
         entries: entry ids or ``Entry`` objects; default every entry not flagged corrupt.
     """
-    from finance.backtest import backtest  # torch and the env: only needed here
     from podracer.tournament import Leaderboard
 
     board = board if isinstance(board, Leaderboard) else Leaderboard(board)
@@ -552,6 +556,17 @@ def trial_returns_from_leaderboard(board: Any, env: Any, entries: Sequence[Any] 
     if len(chosen) < 2:
         raise ValueError(f"{board!r} gives {len(chosen)} usable entr{'y' if len(chosen) == 1 else 'ies'}; overfitting "
                          "statistics compare at least 2 trials: run the tournament longer or pass more entries")
+    if env is None:
+        missing = [e.id for e in chosen if e.returns is None]
+        if missing:
+            raise ValueError(f"entries {missing[:5]}{'...' if len(missing) > 5 else ''} of {board!r} kept no "
+                             f"validation returns (their fitness was not 'windowed', or the store predates it): "
+                             f"pass the validation env to backtest them, "
+                             f"trial_returns_from_leaderboard(board, market.env('valid'))")
+        stored = board.validation_returns(include_corrupt=True)
+        return stored[[e.id for e in chosen]].rename_axis(index="period", columns="entry")
+    from finance.backtest import backtest  # torch and the env: only needed here
+
     returns = {e.id: backtest(board.load_agent(e), env, name=f"entry {e.id}", baselines=False).returns()
                for e in chosen}
     return pd.DataFrame(returns).rename_axis(columns="entry")

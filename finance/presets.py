@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import podracer
-from podracer.tournament import register_factory
+from podracer.tournament import register_factory, register_fitness
 
 PRESETS_FILE = Path(__file__).with_name("presets.yaml")
 
@@ -47,5 +47,9 @@ def register() -> None:
     podracer.register_presets(PRESETS_FILE)
     podracer.register_env("stock_trading", stock_trading_env)
     podracer.register_env("portfolio", portfolio_env)
+    # The tournaments' fitness on a validation split: the opt-in "windowed" (finance/fitness.py).
+    from finance.fitness import WindowedFitness
+
+    register_fitness("windowed", WindowedFitness)
     for factory in ("finance.env:StockTradingVecEnv", "finance.portfolio_env:PortfolioVecEnv", "finance.demo:train_env", "finance.demo:eval_env"):
         register_factory(factory)

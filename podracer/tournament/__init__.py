@@ -8,11 +8,12 @@ checkpoints) from which each generation selects a parent and to which it submits
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
 from podracer.tournament.config import TournamentConfig, register_factory
 from podracer.tournament.ensemble import Ensemble
+from podracer.tournament.fitness import FitnessResult, register_fitness
 from podracer.tournament.leaderboard import DamagedBoardError, Entry, Leaderboard, ReadOnlyBoardError, TicketError
 from podracer.tournament.pod import Pod, PodSpec
 from podracer.tournament.selection import mutate, select_parent
 from podracer.tournament.tournament import Tournament
 
-__all__ = ["CheckpointError", "CheckpointMissingError", "DamagedBoardError", "Ensemble", "Entry", "Leaderboard", "Pod",
+__all__ = ["CheckpointError", "CheckpointMissingError", "DamagedBoardError", "Ensemble", "Entry", "FitnessResult", "Leaderboard", "Pod",
            "PodSpec", "ReadOnlyBoardError", "TicketError", "Tournament", "TournamentConfig", "mutate",
-           "register_factory", "select_parent"]
+           "register_factory", "register_fitness", "select_parent"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -30,8 +30,11 @@ class BoardIO(Entries):
     def submit(self, agent: Any, score: float, *, parent_id: int | None = None, generation: int = 0, pod: int = 0,
                agent_name: str | None = None, hparams: dict[str, Any] | None = None,
                changes: dict[str, list[Any]] | None = None, env_steps: int = 0, wall_time: float = 0.0,
-               score_std: float | None = None, ticket: int | None = None) -> Entry:
+               score_std: float | None = None, ticket: int | None = None,
+               window_scores: Sequence[float] | None = None, returns: Sequence[float] | None = None) -> Entry:
         """Write ``agent``'s checkpoint (an agent or a ``checkpoint()`` dict), then insert its row.
+        ``window_scores`` and ``returns``: the fitness's per-window scores and the per-period returns
+        behind them (``fitness.FitnessResult``), kept in the row.
 
         With ``ticket`` the row consumes that claimed ticket in the same transaction. A ticket
         that is not claimed any more (released, already consumed, never claimed) raises
@@ -45,7 +48,8 @@ class BoardIO(Entries):
         try:
             return self._insert(rel, checksum, score, agent_name=agent_name or ckpt["agent"], parent_id=parent_id,
                                 generation=generation, pod=pod, hparams=hparams, changes=changes,
-                                env_steps=env_steps, wall_time=wall_time, score_std=score_std, ticket=ticket)
+                                env_steps=env_steps, wall_time=wall_time, score_std=score_std, ticket=ticket,
+                                window_scores=window_scores, returns=returns)
         except BaseException:
             (self.store / rel).unlink(missing_ok=True)
             raise
@@ -161,10 +165,12 @@ class BoardIO(Entries):
         for e in entries:
             d = dataclasses.asdict(e)
             hp = d.pop("hparams")
+            d.pop("returns")  # a series per entry: Leaderboard.validation_returns() gives them as a frame
             d["changes"] = ", ".join(f"{k}: {_fmt(v[0])}->{_fmt(v[1])}" for k, v in e.changes.items())
             d.update({f"hp/{k}": v for k, v in hp.items()})
             rows.append(d)
-        frame = pd.DataFrame(rows, columns=None if rows else [f.name for f in dataclasses.fields(Entry)])
+        frame = pd.DataFrame(rows, columns=None if rows else
+                             [f.name for f in dataclasses.fields(Entry) if f.name not in ("hparams", "returns")])
         if len(frame):
             frame["created_at"] = pd.to_datetime(frame["created_at"], unit="s")
             frame = frame.sort_values(["score", "id"], ascending=[False, True])

@@ -24,6 +24,7 @@ from podracer.agents.common import declared_number
 from podracer.agents.registry import AGENTS, agent_name, import_path, resolve_agent
 from podracer.envs.registry import env_factories
 from podracer.plugins import load_domains
+from podracer.tournament.fitness import check_fitness
 from podracer.tournament.selection import SELECTIONS
 
 __all__ = ["BACKENDS", "RUN_FIELDS", "TRUSTED_CALLABLES", "TournamentConfig", "agent_name", "callable_name",
@@ -80,6 +81,10 @@ class TournamentConfig:
     perturb_factors: tuple[float, ...] = (0.8, 1.25)  # PBT: each mutable hparam is multiplied by one of these
     resample_prob: float = 0.1  # PBT: chance a hparam is redrawn from its bounds instead
     eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
+    # What a generation is scored on (fitness.py): None, the mean eval return; "auto", the eval env's
+    # task's registered default (finance: "windowed", the validation split cut into windows scored by
+    # their Sharpe ratio), else the mean eval return; or a registered name or {"name": ..., **settings}
+    fitness: str | dict[str, Any] | None = "auto"
     replace_failed: bool = True  # start a new pod when one dies
     # Give up (raise) when one pod has failed more than this many times in a run, counted as Ray Tune counts
     # a trial's: per pod slot (a pod and the replacements that took its place). A pod lost with its node
@@ -128,6 +133,7 @@ class TournamentConfig:
                                    or not 0 < budget < math.inf):
             # Found by probing: a budget of -1 s ran, trained nothing and ended "finished" with an empty board.
             raise ValueError(f"time_budget must be a positive number of seconds or None, got {self.time_budget!r}")
+        self.fitness = check_fitness(_plain(self.fitness))
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; use one of {SELECTIONS}")
         if not all(0.0 <= p <= 1.0 for p in (self.explore_prob, self.resample_prob, self.init_resample_prob)):
@@ -206,8 +212,9 @@ class TournamentConfig:
             raise ValueError(f"unknown TournamentConfig field(s) {unknown}; valid fields: {sorted(names)}")
         # Stores written before presets existed trained with the config defaults, and before
         # keep_top, exploit_margin and init_resample_prob every generation mutated and fresh agents
-        # did not: keep it so.
-        return cls(**{"preset": None, "keep_top": 0, "init_resample_prob": 0.0, "exploit_margin": 0.0, **d})
+        # did not, and before fitness every generation was scored by its mean eval return: keep it so.
+        return cls(**{"preset": None, "keep_top": 0, "init_resample_prob": 0.0, "exploit_margin": 0.0,
+                      "fitness": None, **d})
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
+from typing import Any, Sequence
+
+import pandas as pd
 
 from podracer.tournament import schema
 from podracer.tournament.boardfile import BoardFile
@@ -21,12 +23,14 @@ class Entries(BoardFile):
     def _insert(self, rel: str, checksum: str, score: float, *, agent_name: str, parent_id: int | None = None,
                 generation: int = 0, pod: int = 0, hparams: dict[str, Any] | None = None,
                 changes: dict[str, list[Any]] | None = None, env_steps: int = 0, wall_time: float = 0.0,
-                score_std: float | None = None, ticket: int | None = None) -> Entry:
+                score_std: float | None = None, ticket: int | None = None,
+                window_scores: Sequence[float] | None = None, returns: Sequence[float] | None = None) -> Entry:
         """Insert the row of the checkpoint at ``rel`` (written already), consuming ``ticket``."""
         row = dict(parent_id=parent_id, generation=generation, pod=pod, agent=agent_name,
                    hparams=json.dumps(hparams or {}), changes=json.dumps(changes or {}), env_steps=int(env_steps),
                    wall_time=float(wall_time), score=float(score), score_std=score_std, checkpoint=rel,
-                   checksum=checksum, created_at=time.time(), ticket=ticket)
+                   checksum=checksum, created_at=time.time(), ticket=ticket,
+                   window_scores=_json_floats(window_scores, "window_scores"), returns=_json_floats(returns, "returns"))
         if math.isnan(row["score"]):
             row["score"] = -math.inf  # NaN would sort nowhere; a diverged agent ranks last
         with self._transaction() as db:
@@ -56,6 +60,18 @@ class Entries(BoardFile):
         with self._connect() as db:
             return schema.entries(db)
 
+    def validation_returns(self, include_corrupt: bool = False) -> pd.DataFrame:
+        """The per-period validation returns each entry's fitness kept (periods x entry id, in
+        submission order), so that statistics over the board's trials (PBO, the deflated Sharpe)
+        need no re-run; entries without them (a fitness without returns, an older store) are left out."""
+        kept = {e.id: e.returns for e in self.entries() if e.returns is not None and (include_corrupt or not e.corrupt)}
+        lengths = {len(r) for r in kept.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"the entries of {self.path} kept returns of different lengths {sorted(lengths)}: they "
+                             f"were not scored on one validation split, so they are no matrix of trials")
+        frame = pd.DataFrame({k: [math.nan if v is None else v for v in r] for k, r in kept.items()}, dtype=float)
+        return frame.rename_axis(index="period", columns="entry")
+
     def __len__(self) -> int:
         with self._connect() as db:
             return schema.count_entries(db)
@@ -71,3 +87,14 @@ class Entries(BoardFile):
     def mark_corrupt(self, entry_id: int) -> None:
         with self._transaction() as db:
             db.execute("UPDATE entries SET corrupt = 1 WHERE id = ?", (int(entry_id),))
+
+
+def _json_floats(values: Sequence[float] | None, name: str) -> str | None:
+    """A column of floats as JSON (NaN and infinities as null: JSON has no numbers for them)."""
+    if values is None:
+        return None
+    try:
+        floats = [float(v) for v in values]
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a sequence of numbers or None, got {values!r:.80} ({e})") from None
+    return json.dumps([v if math.isfinite(v) else None for v in floats])

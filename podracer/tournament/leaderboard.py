@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from podracer.tournament.board_io import EXPORT_SUFFIXES, BoardIO
 from podracer.tournament.boardfile import DamagedBoardError, ReadOnlyBoardError
-from podracer.tournament.schema import POD_COLUMNS, POD_COLUMNS_ADDED, SCHEMA, Entry
+from podracer.tournament.schema import ENTRY_COLUMNS_ADDED, POD_COLUMNS, POD_COLUMNS_ADDED, SCHEMA, Entry
 from podracer.tournament.tickets import TicketError, Tickets
 
-__all__ = ["DamagedBoardError", "EXPORT_SUFFIXES", "Entry", "Leaderboard", "POD_COLUMNS", "POD_COLUMNS_ADDED",
-           "ReadOnlyBoardError", "SCHEMA", "TicketError"]
+__all__ = ["DamagedBoardError", "ENTRY_COLUMNS_ADDED", "EXPORT_SUFFIXES", "Entry", "Leaderboard", "POD_COLUMNS",
+           "POD_COLUMNS_ADDED", "ReadOnlyBoardError", "SCHEMA", "TicketError"]
 
 
 class Leaderboard(BoardIO, Tickets):

@@ -41,9 +41,9 @@ import torch
 from podracer.agents.common import mutable_bounds
 from podracer.agents.registry import make_agent, resolve_agent
 from podracer.checkpoints import CheckpointError
-from podracer.evaluate import evaluate
 from podracer.train import iterate_training, seed_everything
 from podracer.tournament.config import TournamentConfig
+from podracer.tournament.fitness import make_fitness, paired_difference
 from podracer.tournament.leaderboard import Entry, Leaderboard, TicketError
 from podracer.tournament.protocol import PodBoard
 from podracer.tournament.selection import mutate, mutation_scales, select_parent, superseded_removed
@@ -114,6 +114,7 @@ class Pod:
         self.agent_cls = resolve_agent(self.config.agent)
         self.env = spec.make_env()
         self.eval_env = spec.make_eval_env()
+        self.fitness = make_fitness(self.config.fitness, self.eval_env)  # "auto": the eval env's task's default
         self.last: Entry | None = None  # this pod's latest submission (see ``keep_top``)
         self.reporter = spec.open_reporter()
         self.steps = 0  # env steps this pod trained, over all its generations: its metrics' x axis
@@ -165,7 +166,9 @@ class Pod:
         """This pod's latest entry when it is among the best ``keep_top`` of the front of
         ``candidates`` (PBT's truncation selection: such a member neither copies nor perturbs), or
         within ``exploit_margin`` standard errors of the best; None when its checkpoint is
-        ``unusable`` in this draw."""
+        ``unusable`` in this draw. The standard error is the fitness's own: from the paired
+        per-window differences when both entries have window scores, else Welch's over the eval
+        env's episodes."""
         cfg, last = self.config, self.last
         if last is None or last.id in unusable:
             return None
@@ -174,12 +177,22 @@ class Pod:
             return last
         superseded = last.id in {e.id for e in candidates} - {e.id for e in front}  # a descendant beat it
         if cfg.exploit_margin > 0 and front and not superseded:
-            # Welch's standard error of the difference of two means over the eval env's episodes
-            n = max(int(getattr(self.eval_env, "num_envs", 1)), 1)
-            se = math.sqrt(((front[0].score_std or 0.0) ** 2 + (last.score_std or 0.0) ** 2) / n)
-            if front[0].score - last.score <= cfg.exploit_margin * se:
+            if front[0].score - last.score <= cfg.exploit_margin * self.difference_stderr(front[0], last):
                 return last  # not worse beyond evaluation noise: copying the leader would follow luck
         return None
+
+    def difference_stderr(self, leader: Entry, last: Entry) -> float:
+        """The standard error of ``leader.score - last.score``: from their paired per-window scores
+        when both have the same number of windows (the validation scheme's own noise estimate: both
+        were scored on the same windows), else Welch's from ``score_std`` over the eval env's
+        episodes (0, so no margin, with one episode or none recorded)."""
+        a, b = leader.window_scores, last.window_scores
+        if a is not None and b is not None and len(a) == len(b) and len(a) > 1:
+            se = paired_difference(a, b)[1]
+            if math.isfinite(se):  # a None (NaN) window score gives NaN: fall back to Welch
+                return se
+        n = max(int(getattr(self.eval_env, "num_envs", 1)), 1)
+        return math.sqrt(((leader.score_std or 0.0) ** 2 + (last.score_std or 0.0) ** 2) / n)
 
     def run_generation(self, ticket: int) -> Entry:
         """Train, evaluate and submit one generation under ``ticket``."""
@@ -194,9 +207,10 @@ class Pod:
             steps = int(row["global_step"]) - first  # this generation's; may overshoot by part of one train_step
             scalars += [(k, v, self.steps + steps) for k, v in row.items() if k != "global_step"]
         train_s = time.perf_counter() - start
-        result = evaluate(agent, self.eval_env, seed=self.config.eval_seed)
+        result = self.fitness(agent, self.eval_env, seed=self.config.eval_seed)
         self.last = self.board.submit(
-            agent, result["eval/return_mean"], score_std=result["eval/return_std"], ticket=ticket,
+            agent, result.score, score_std=result.score_std, window_scores=result.window_scores,
+            returns=result.returns, ticket=ticket,
             parent_id=parent.id if parent else None, generation=parent.generation + 1 if parent else 0,
             pod=self.spec.pod_id, agent_name=self.config.agent, hparams=hparams, changes=changes,
             env_steps=(parent.env_steps if parent else 0) + steps,

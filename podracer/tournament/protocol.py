@@ -10,7 +10,7 @@ travels as checked bytes; ``load_checkpoint`` and ``load_agent``: the bytes are 
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from podracer.tournament.schema import Entry
 from podracer.tournament.storage import DirectCheckpoints
@@ -35,8 +35,11 @@ class PodBoard(Protocol):
     def get(self, entry_id: int) -> Entry:
         """The entry ``entry_id`` (``KeyError`` when there is none)."""
 
-    def submit(self, agent: Any, score: float, **fields: Any) -> Entry:
-        """Store ``agent``'s checkpoint and insert its row, consuming ``fields["ticket"]``."""
+    def submit(self, agent: Any, score: float, *, score_std: float | None = None,
+               window_scores: Sequence[float] | None = None, returns: Sequence[float] | None = None,
+               **fields: Any) -> Entry:
+        """Store ``agent``'s checkpoint and insert its row, consuming ``fields["ticket"]``; ``score_std``,
+        ``window_scores`` and ``returns`` are the fitness's (``fitness.FitnessResult``)."""
 
     def record(self, checkpoint: str, checksum: str, size: int, score: float, **fields: Any) -> Entry:
         """Insert the row of a checkpoint the pod wrote to the board's storage itself."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import sqlite3
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,7 +35,9 @@ CREATE TABLE IF NOT EXISTS entries (
     checksum   TEXT    NOT NULL,            -- sha256 of the checkpoint file
     created_at REAL    NOT NULL,            -- unix time of submission
     corrupt    INTEGER NOT NULL DEFAULT 0,  -- set when its checkpoint failed verification
-    ticket     INTEGER UNIQUE               -- the ticket it consumed: one entry per ticket at most
+    ticket     INTEGER UNIQUE,              -- the ticket it consumed: one entry per ticket at most
+    window_scores TEXT,                     -- JSON [score per validation window] (fitness.py); NULL: none
+    returns    TEXT                         -- JSON [per-period validation returns] the score came from; NULL: none
 );
 CREATE INDEX IF NOT EXISTS entries_score ON entries(corrupt, score DESC);
 CREATE TABLE IF NOT EXISTS tickets (
@@ -58,6 +61,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 POD_COLUMNS = ("pid", "status", "started_at", "ended_at", "exitcode", "error", "host", "node")
 POD_COLUMNS_ADDED = ("host", "node")  # since 1.0: added to older stores when opened
+ENTRY_COLUMNS_ADDED = ("window_scores", "returns")  # since the fitness setting: added to older stores when opened
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,22 +84,30 @@ class Entry:
     created_at: float
     corrupt: bool
     ticket: int | None
+    # The fitness's per-window scores and the per-period returns they came from (fitness.py); None
+    # for a fitness without windows, and for every entry of a store written before they existed.
+    window_scores: tuple[float, ...] | None = None
+    returns: tuple[float, ...] | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Entry":
         d = dict(row)
         d["hparams"], d["changes"] = json.loads(d["hparams"]), json.loads(d["changes"])
         d["corrupt"] = bool(d["corrupt"])
+        for column in ENTRY_COLUMNS_ADDED:  # absent from an old store opened read-only (not migrated)
+            values = None if d.get(column) is None else json.loads(d[column])
+            d[column] = None if values is None else tuple(math.nan if v is None else float(v) for v in values)
         return cls(**d)
 
 
 def create(db: sqlite3.Connection) -> None:
-    """Create the tables of a new board, and add the pod columns an older one lacks."""
+    """Create the tables of a new board, and add the pod and entry columns an older one lacks."""
     db.execute("PRAGMA journal_mode=WAL")  # persistent: set once, stored in the file
     db.executescript(SCHEMA)
-    columns = {row[1] for row in db.execute("PRAGMA table_info(pods)")}
-    for column in sorted(set(POD_COLUMNS_ADDED) - columns):  # a store written before they existed
-        db.execute(f"ALTER TABLE pods ADD COLUMN {column} TEXT")
+    for table, added in (("pods", POD_COLUMNS_ADDED), ("entries", ENTRY_COLUMNS_ADDED)):
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for column in sorted(set(added) - columns):  # a store written before they existed: NULL in its rows
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
 
 
 @contextlib.contextmanager
