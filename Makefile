@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 # Tests and notebooks run at smoke size (same code paths, smaller); the demo at full size.
 # Either can be overridden: PODRACER_SIZE=full make test.
 
-.PHONY: demo test check lab docs course bench rllib-venv install clean
+.PHONY: demo test check lab docs site course bench rllib-venv install clean
 
 # The install re-runs only when the dependency files change (the stamp is newer otherwise).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp,teach]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp,teach,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -57,7 +57,17 @@ docs: $(STAMP)
 	  $(BIN)/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1800 \
 	    --output-dir $(DOCS) "$$nb" || exit 1; done
 	cp notebooks/GLOSSARY.md $(DOCS)/
-	@echo "open $(DOCS)/01_first_agent.html"
+	@echo "open $(DOCS)/02_first_agent.html"
+
+# The documentation site (mkdocs.yml; docs/site.md says what it is built from): build/site/, offline and strict
+# (a broken link or anchor, an unknown API name, a public name without a docstring, a page left out of the nav
+# fails it). Open build/site/index.html, or serve it: python -m http.server -d build/site. The lessons are shown
+# as stored, without outputs; EXECUTE=1 runs them first (at PODRACER_SIZE, default smoke) so figures appear.
+# tests/test_site.py runs the same build and reads it in Chromium.
+site: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true SITE_EXECUTE=$(if $(EXECUTE),true,false) \
+	  PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1) $(BIN)/mkdocs build --strict
+	@echo "open build/site/index.html"
 
 # A term's releases from the lessons' sources (notebooks/source/, docs/syllabus.md): build/course/student (the
 # notebooks students get), build/course/autograder/NN_name.zip (otter-grader autograders with the hidden tests) and
@@ -67,13 +77,20 @@ course: $(STAMP)
 	$(BIN)/python -m podracer.course release --out build/course --update-lessons --bundle
 
 # reveal.js slides of the lessons (docs/slides.md), one HTML file each in build/slides/ (not committed):
-# `## ` headings start slides unless a cell's slideshow tag says otherwise. LESSONS=notebooks/02_inside_ppo.ipynb
+# `## ` headings start slides unless a cell's slideshow tag says otherwise. LESSONS=notebooks/03_inside_ppo.ipynb
 # for one; EXECUTE=1 runs each lesson first (at PODRACER_SIZE, default smoke) so figures appear.
+# The slides present without a network: reveal.js, require.js and jQuery come from build/slides-assets/, fetched
+# once from the npm registry (`make slides-assets`, the one step that needs a network; the first `make slides` does
+# it), MathJax from the jupyter-server-mathjax package; all are copied into build/slides/_static/.
 SLIDES := build/slides
-.PHONY: slides
-slides: $(STAMP)
+SLIDE_ASSETS := build/slides-assets
+.PHONY: slides slides-assets
+$(SLIDE_ASSETS)/VERSIONS: | $(STAMP)
+	$(BIN)/python -m podracer.course slides-assets --out $(SLIDE_ASSETS)
+slides-assets: $(SLIDE_ASSETS)/VERSIONS
+slides: $(STAMP) $(SLIDE_ASSETS)/VERSIONS
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m podracer.course slides --out $(SLIDES) \
-	  $(if $(EXECUTE),--execute) $(or $(LESSONS),notebooks/[0-9][0-9]_*.ipynb)
+	  --assets $(SLIDE_ASSETS) $(if $(EXECUTE),--execute) $(or $(LESSONS),notebooks/[0-9][0-9]_*.ipynb)
 	cp notebooks/GLOSSARY.md $(SLIDES)/  # the files above are what to open
 
 # FinRL's env file for benchmarks/stock_env.py: the package without its heavy dependencies,

@@ -48,6 +48,7 @@ from finance.data.checks import check_dates, check_int, check_prices
 
 DEFAULT_INDICATORS: tuple[str, ...] = ("macd", "boll_ub", "boll_lb", "rsi_30", "cci_30", "dx_30", "close_30_sma",
                                        "close_60_sma")
+"""The indicators ``add_features`` computes unless told otherwise (FinRL's default set, stockstats' names)."""
 
 _MACD_SHORT, _MACD_LONG = 12, 26  # stockstats' default "macd" windows
 _BOLL_WINDOW, _BOLL_K = 20, 2.0  # stockstats' BOLL_PERIOD and BOLL_STD_TIMES

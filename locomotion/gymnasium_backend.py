@@ -8,7 +8,6 @@ subprocesses instead).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +15,7 @@ import torch
 
 from locomotion.optional import import_optional
 from locomotion.tasks import Task
+from podracer.deprecation import renamed_function
 from podracer.envs import GymVecEnvAdapter
 from podracer.envs.gym_adapter import same_step_vector_env
 
@@ -55,11 +55,9 @@ def gymnasium_env(task: Task, num_envs: int, device: str | torch.device = "cpu",
     return GymnasiumVecEnv(vec, task, device=device, seed=seed, max_episode_steps=steps)
 
 
-def make_gymnasium_env(*args: Any, **kwargs: Any) -> GymnasiumVecEnv:
-    """The 1.0 name of ``gymnasium_env`` (deprecated: it read like a second ``podracer.make_gym_env``)."""
-    warnings.warn("locomotion.make_gymnasium_env is renamed locomotion.gymnasium_env (or use locomotion.make_env(task, "
-                  "n, backend='gymnasium')); the old name will be removed in podracer 1.3", FutureWarning, stacklevel=2)
-    return gymnasium_env(*args, **kwargs)
+# The 1.0 name of gymnasium_env (deprecated: it read like a second podracer.make_gym_env).
+make_gymnasium_env = renamed_function("locomotion.make_gymnasium_env", gymnasium_env)
+"""Deprecated (renamed in 1.1, removed in 1.3): the old name of ``gymnasium_env``; calling it warns."""
 
 
 __all__ = ["GymnasiumVecEnv", "gymnasium_env", "make_gymnasium_env"]

@@ -17,6 +17,7 @@ from podracer.envs import parse_device
 from podracer.logs import announce
 
 BACKENDS = ("warp", "isaaclab", "isaacgym", "envpool", "gymnasium")  # "auto" tries them in this order
+"""The simulator backends ``make_env(backend=...)`` takes besides ``"auto"``."""
 NOT_V5 = {"isaaclab": isaaclab_definitions, "isaacgym": isaacgym_definitions}  # their tasks are their own
 
 

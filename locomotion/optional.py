@@ -6,6 +6,7 @@ import importlib
 from types import ModuleType
 
 INSTALL_HINT = 'pip install "podracer-rl[locomotion]"'
+"""The command that installs the locomotion backends, quoted in the errors that need it."""
 
 
 def import_optional(module: str, backend: str) -> ModuleType:

@@ -31,6 +31,7 @@ class Task:
 TASKS: dict[str, Task] = {t.key: t for t in (
     Task("Ant"), Task("HalfCheetah"), Task("Hopper"), Task("Walker2d"), Task("Humanoid"),
 )}
+"""The tasks Podracer ships, by ``task.key`` (lower-case name)."""
 
 
 def is_task(name: str) -> bool:
