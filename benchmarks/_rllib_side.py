@@ -126,7 +126,12 @@ class Clock:
     ``target``, after ``cap_s`` training seconds, or after ``max_steps`` env steps."""
 
     def __init__(self, library: str, task: str, target: float, eval_every: int, cap_s: float, max_steps: int,
-                 launched: float):
+                 launched: float, margin: float = 0.0, hold_evals: int = 0):
+        from podracer.holding import EvalLog  # the time to a target that holds, shared with the other benchmarks
+
+        # With hold_evals > 0 training goes on past the first reach until the target has held that
+        # many evaluations within ``margin`` (0, 0: stop at the first reach).
+        self.log = EvalLog(target, margin, hold_evals)
         self.library, self.task, self.target, self.eval_every = library, task, target, eval_every
         self.cap_s, self.max_steps, self.launched = cap_s, max_steps, launched
         self.setup_s = math.nan
@@ -149,7 +154,7 @@ class Clock:
         return not math.isnan(self.s_to_target)
 
     def done(self) -> bool:
-        return self.reached or self.steps >= self.max_steps or self.train_s >= self.cap_s
+        return self.log.done() or self.steps >= self.max_steps or self.train_s >= self.cap_s
 
     def after_update(self, steps: int, evaluate: Callable[[], float]) -> None:
         """Record ``steps`` so far; when an evaluation is due (or training ends), run ``evaluate``."""
@@ -162,6 +167,7 @@ class Clock:
         self.eval_s += time.perf_counter() - t
         self.evals += 1
         self.best = max(self.best, self.last)
+        self.log.add(steps, train_s, self.last)
         self.next_eval = (steps // self.eval_every + 1) * self.eval_every
         if not self.reached and self.last >= self.target:
             self.s_to_target, self.steps_to_target = train_s, steps
@@ -170,7 +176,11 @@ class Clock:
 
     def result(self, **extra: Any) -> dict[str, Any]:
         train_s = self.train_s
-        return {"library": self.library, "task": self.task, "target": self.target, "reached": self.reached,
+        held = self.log.result() if self.log.done() else None  # held: reached and kept hold_evals evaluations
+        hold = {"held": held is not None, "margin": self.log.margin, "hold_evals": self.log.hold_evals,
+                "s_to_hold": math.nan if held is None else held.hold_seconds,
+                "steps_to_hold": -1 if held is None else held.hold_steps}
+        return {**hold, "library": self.library, "task": self.task, "target": self.target, "reached": self.reached,
                 "setup_s": self.setup_s, "s_to_target": self.s_to_target,
                 "total_s_to_target": self.setup_s + self.s_to_target, "steps_to_target": self.steps_to_target,
                 "train_s": train_s, "env_steps": self.steps, "steps_per_s": self.steps / max(train_s, 1e-9),
@@ -297,7 +307,8 @@ def run_rllib(args: argparse.Namespace) -> dict[str, Any]:
             act = rllib_policy(algo, space)
             return stock_score(lambda obs: torch.as_tensor(act(obs.numpy())), market)
 
-    clock = Clock("rllib", args.task, args.target, args.eval_every, args.cap_s, max_steps, args.launched)
+    clock = Clock("rllib", args.task, args.target, args.eval_every, args.cap_s, max_steps, args.launched,
+                  args.margin, args.hold_evals)
     clock.begin()
     try:
         while not clock.done():
@@ -323,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-runners", type=int, default=1)
     parser.add_argument("--rllib-eval", choices=("common", "rllib"), default="common")
     parser.add_argument("--launched", type=float, default=None)
+    parser.add_argument("--margin", type=float, default=0.0)
+    parser.add_argument("--hold-evals", type=int, default=0)
     args = parser.parse_args(argv)
     args.launched = args.launched or time.time()
     print(RESULT + json.dumps(run_rllib(args)), flush=True)

@@ -9,6 +9,10 @@ steps on the same 10 episodes (``PendulumVecEnv(10)``, same dynamics as Pendulum
 seed 10_000), deterministic actions; training time excludes evaluation.
 Both run in this process, one after the other, with the same torch thread count.
 
+Two times each (``podracer.holding``): to the first evaluation >= -250 (first reach), and to a
+target that holds: the first evaluation >= -250 after which the next ``--hold-evals`` evaluations
+stay within ``--margin`` (50) of it. Each side trains on until its target has held that long.
+
 Two clocks: wall-clock seconds, and the process's CPU seconds (``time.process_time``). Both
 libraries train in one thread here, so on a quiet machine the two agree; on a shared one the wall
 clock also counts other processes' turns, which land on whichever library runs at that moment,
@@ -32,6 +36,7 @@ import torch
 import podracer
 from podracer import evaluate, iterate_training, make_agent
 from podracer.envs import PendulumVecEnv
+from podracer.holding import EvalLog
 
 TARGET = -250.0
 EVAL_SEED = 10_000  # podracer.train's default eval seed
@@ -57,7 +62,21 @@ class Clock:
         return (time.perf_counter() - self.wall - self.eval_wall, time.process_time() - self.cpu - self.eval_cpu)
 
 
-def run_podracer(name: str, seed: int, eval_every: int, max_steps: int) -> dict[str, float]:
+def timed(log: EvalLog, cpu_at: list[float], clock: Clock) -> dict[str, float]:
+    """Steps and seconds (wall, CPU) to the first reach and to the holding target; nan steps and
+    the whole run's seconds where a run never got there."""
+    r, (train_s, cpu_s) = log.result(), clock.seconds()
+    out = {"return": r.last_return}
+    hold = r.hold_steps if log.done() else None
+    for key, at in (("", r.first_steps), ("hold_", hold)):
+        i = None if at is None else log.steps.index(at)
+        out[f"{key}steps"] = float("nan") if i is None else float(at)
+        out[f"{key}train_s"] = train_s if i is None else log.seconds[i]
+        out[f"{key}cpu_s"] = cpu_s if i is None else cpu_at[i]
+    return out
+
+
+def run_podracer(name: str, seed: int, eval_every: int, max_steps: int, log: EvalLog) -> dict[str, float]:
     preset = podracer.get_preset(name, "pendulum")
     podracer.seed_everything(seed)
     env = PendulumVecEnv(num_envs=preset.num_envs)
@@ -66,51 +85,44 @@ def run_podracer(name: str, seed: int, eval_every: int, max_steps: int) -> dict[
     if eval_every % chunk:
         raise ValueError(f"--eval-every must be a multiple of the {chunk} env steps of one train_step")
     eval_env = PendulumVecEnv(num_envs=10)
-    # Not reached: steps nan, and the seconds of the whole run (as for SB3 below).
-    result, clock = {"steps": float("nan"), "return": float("nan")}, Clock()
+    clock, cpu_at = Clock(), []
     for row in iterate_training(agent, env, max_steps, seed=seed):
         steps = int(row["global_step"])
         if steps % eval_every:
             continue
-        result["return"] = clock.evaluate(lambda: evaluate(agent, eval_env, seed=EVAL_SEED)["eval/return_mean"])
-        if result["return"] >= TARGET:
-            result["steps"] = float(steps)
+        train_s, cpu_s = clock.seconds()
+        log.add(steps, train_s, clock.evaluate(lambda: evaluate(agent, eval_env, seed=EVAL_SEED)["eval/return_mean"]))
+        cpu_at.append(cpu_s)
+        if log.done():
             break
-    result["train_s"], result["cpu_s"] = clock.seconds()
-    return result
+    return timed(log, cpu_at, clock)
 
 
-def run_sb3(name: str, seed: int, eval_every: int, max_steps: int) -> dict[str, float]:
+def run_sb3(name: str, seed: int, eval_every: int, max_steps: int, log: EvalLog) -> dict[str, float]:
     from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
 
     eval_env = PendulumVecEnv(num_envs=10)
 
     class EvalUntilTarget(BaseCallback):
-        """Evaluate every ``eval_every`` steps with podracer.evaluate; stop at the target."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.result = {"steps": float("nan"), "return": float("nan")}
+        """Evaluate every ``eval_every`` steps with podracer.evaluate; stop once the target held."""
 
         def _on_step(self) -> bool:
             if self.num_timesteps % eval_every:
                 return True
             policy = lambda obs: torch.as_tensor(self.model.predict(obs.numpy(), deterministic=True)[0])
-            ret = clock.evaluate(lambda: evaluate(policy, eval_env, seed=EVAL_SEED)["eval/return_mean"])
-            self.result["return"] = ret
-            if ret >= TARGET:
-                self.result["steps"] = float(self.num_timesteps)
-                return False
-            return True
+            train_s, cpu_s = clock.seconds()
+            log.add(self.num_timesteps, train_s,
+                    clock.evaluate(lambda: evaluate(policy, eval_env, seed=EVAL_SEED)["eval/return_mean"]))
+            cpu_at.append(cpu_s)
+            return not log.done()
 
     podracer.seed_everything(seed)
     model = {"sac": SAC, "td3": TD3}[name]("MlpPolicy", gym.make("Pendulum-v1"), seed=seed, device="cpu")
-    callback = EvalUntilTarget()
+    callback, cpu_at = EvalUntilTarget(), []
     clock = Clock()
     model.learn(max_steps, callback=callback)
-    train_s, cpu_s = clock.seconds()
-    return {**callback.result, "train_s": train_s, "cpu_s": cpu_s}
+    return timed(log, cpu_at, clock)
 
 
 def main() -> None:
@@ -120,33 +132,40 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--max-steps", type=int, default=20_000, help="give up after this many env steps")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both libraries")
+    parser.add_argument("--margin", type=float, default=50.0, help="how far below the target a held target may fall")
+    parser.add_argument("--hold-evals", type=int, default=10,
+                        help="evaluations after the holding one that must stay within --margin")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    print(f"first deterministic eval >= {TARGET} (10 episodes every {args.eval_every} steps), "
-          f"{args.threads} torch thread(s); train time excludes evaluation; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'algo':5} {'seed':>4} | {'podracer steps':>14} {'wall s':>7} {'cpu s':>6} | {'sb3 steps':>9} {'wall s':>7} "
-          f"{'cpu s':>6} | {'speed-up wall':>13} {'cpu':>6} {'steps ratio':>11}")
-    summary: dict[str, list[tuple[float, float, float]]] = {}
+    print(f"first deterministic eval >= {TARGET} (10 episodes every {args.eval_every} steps), and a target that "
+          f"holds (kept within {args.margin} of it for {args.hold_evals} evaluations), {args.threads} torch "
+          f"thread(s); train time excludes evaluation; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'algo':5} {'seed':>4} {'to':>5} | {'podracer steps':>14} {'wall s':>7} {'cpu s':>6} | {'sb3 steps':>9} "
+          f"{'wall s':>7} {'cpu s':>6} | {'speed-up wall':>13} {'cpu':>6} {'steps ratio':>11}")
+    summary: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for name in args.algos.split(","):
         for seed in seeds:
-            ours = run_podracer(name, seed, args.eval_every, args.max_steps)
-            ref = run_sb3(name, seed, args.eval_every, args.max_steps)
-            # nan where either run never reached the target: no honest ratio then.
-            reached = not (np.isnan(ours["steps"]) or np.isnan(ref["steps"]))
-            speedup = ref["train_s"] / ours["train_s"] if reached else float("nan")
-            speedup_cpu = ref["cpu_s"] / ours["cpu_s"] if reached else float("nan")
-            steps_ratio = ours["steps"] / ref["steps"]
-            summary.setdefault(name, []).append((speedup, speedup_cpu, steps_ratio))
-            print(f"{name:5} {seed:>4} | {ours['steps']:>14.0f} {ours['train_s']:>7.1f} {ours['cpu_s']:>6.1f} | "
-                  f"{ref['steps']:>9.0f} {ref['train_s']:>7.1f} {ref['cpu_s']:>6.1f} | {speedup:>12.1f}x "
-                  f"{speedup_cpu:>5.1f}x {steps_ratio:>11.2f}", flush=True)
-    for name, rows in summary.items():
+            ours = run_podracer(name, seed, args.eval_every, args.max_steps, EvalLog(TARGET, args.margin, args.hold_evals))
+            ref = run_sb3(name, seed, args.eval_every, args.max_steps, EvalLog(TARGET, args.margin, args.hold_evals))
+            for key, label in (("", "first"), ("hold_", "hold")):
+                # nan where either run never got there: no honest ratio then.
+                got = not (np.isnan(ours[f"{key}steps"]) or np.isnan(ref[f"{key}steps"]))
+                speedup = ref[f"{key}train_s"] / ours[f"{key}train_s"] if got else float("nan")
+                speedup_cpu = ref[f"{key}cpu_s"] / ours[f"{key}cpu_s"] if got else float("nan")
+                steps_ratio = ours[f"{key}steps"] / ref[f"{key}steps"]
+                summary.setdefault((name, label), []).append((speedup, speedup_cpu, steps_ratio))
+                print(f"{name:5} {seed:>4} {label:>5} | {ours[f'{key}steps']:>14.0f} {ours[f'{key}train_s']:>7.1f} "
+                      f"{ours[f'{key}cpu_s']:>6.1f} | {ref[f'{key}steps']:>9.0f} {ref[f'{key}train_s']:>7.1f} "
+                      f"{ref[f'{key}cpu_s']:>6.1f} | {speedup:>12.1f}x {speedup_cpu:>5.1f}x {steps_ratio:>11.2f}",
+                      flush=True)
+    for (name, label), rows in summary.items():
         speedups, speedups_cpu, ratios = np.array(rows).T
-        line = (f"{name}: median speed-up {np.nanmedian(speedups):.1f}x wall-clock, {np.nanmedian(speedups_cpu):.1f}x CPU "
-                f"time; median steps ours/SB3 {np.nanmedian(ratios):.2f} (nan: a run that never reached {TARGET} "
-                f"within --max-steps)")
+        what = "first reach" if label == "first" else "holding target"
+        line = (f"{name} to the {what}: median speed-up {np.nanmedian(speedups):.1f}x wall-clock, "
+                f"{np.nanmedian(speedups_cpu):.1f}x CPU time; median steps ours/SB3 {np.nanmedian(ratios):.2f} (nan: a "
+                f"run that never got there within --max-steps)")
         if name in AIMS:
             speed, steps = AIMS[name]
             met = np.nanmedian(speedups) >= speed and np.nanmedian(ratios) <= steps

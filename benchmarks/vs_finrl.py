@@ -33,8 +33,10 @@ own env gives (cash, closes, holdings, indicators, in FinRL's order), built from
 actions are filled by our env's rule (round to the nearest share, a cash shortfall scales all buys;
 FinRL truncates and buys largest first), the same rule the target and our agent are scored by.
 Every ``--eval-every`` env steps (each side at its first chance after it: FinRL between rollouts),
-the validation score; the first score at or above the target stops that side. Evaluation time is
-not charged to either side.
+the validation score. Two times per side (``podracer.holding``): to the first score at or above
+the target, and to a target that holds (the first score at the target after which the next
+``--hold-evals`` (5) scores all stay within ``--margin`` (2 %-points) of it); each side trains
+until its target has held that long. Evaluation time is not charged to either side.
 
 Target: equal-weight buy-and-hold's return over the validation years with the same costs
 (``finance.buy_and_hold``: +20.3%). If FinRL never reaches it, the script also compares at the
@@ -71,6 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import podracer  # noqa: E402
+from podracer.holding import EvalLog  # noqa: E402
 from benchmarks.stock_env import finrl_frame, load_finrl_env  # noqa: E402
 from finance.backtest import buy_and_hold  # noqa: E402
 from finance.demo import eval_env, train_env  # noqa: E402
@@ -159,9 +162,12 @@ class Run:
     best: float = -math.inf
     best_policy: Any = None  # a frozen copy, evaluated on the test years at the end
     test: dict[str, float] = field(default_factory=dict)
+    log: EvalLog | None = None  # the same scores, for the time to a target that holds
 
     def record(self, score: float, snapshot: Callable[[], Any]) -> None:
         self.evals.append((self.train_s, self.steps, score))
+        if self.log is not None:
+            self.log.add(self.steps, self.train_s, score)
         if score > self.best:
             self.best, self.best_policy = score, snapshot()
 
@@ -169,12 +175,23 @@ class Run:
         """(train seconds, env steps) of the first evaluation scoring at least ``level``."""
         return next(((s, n) for s, n, score in self.evals if score >= level), None)
 
+    def held(self) -> tuple[float, int] | None:
+        """(train seconds, env steps) of the holding target (see ``podracer.holding``), or None."""
+        if self.log is None or not self.log.done():
+            return None
+        r = self.log.result()
+        return r.hold_seconds, r.hold_steps
 
-def train_podracer(market: MarketData, target: float, seed: int, cap_s: float, eval_every: int,
+    def stop(self) -> bool:
+        """The target has held (``log.done()``): training can stop."""
+        return self.log is not None and self.log.done()
+
+
+def train_podracer(market: MarketData, log: EvalLog, seed: int, cap_s: float, eval_every: int,
                    budget: int | None) -> Run:
     t0 = time.perf_counter()
     env = train_env(market)
-    run = Run(f"Podracer PPO (stock_trading preset, {env.num_envs} accounts), seed {seed}", seed)
+    run = Run(f"Podracer PPO (stock_trading preset, {env.num_envs} accounts), seed {seed}", seed, log=log)
     agent = podracer.make_agent("ppo", env, seed=seed, verbose=False)
     run.setup_s = time.perf_counter() - t0
     budget = budget or agent.preset.total_steps
@@ -186,14 +203,14 @@ def train_podracer(market: MarketData, target: float, seed: int, cap_s: float, e
             score = evaluate_policy(podracer_policy(agent), market, "valid")["return_pct"]
             run.record(score, lambda: type(agent).from_checkpoint(agent.checkpoint()))
             next_eval = (run.steps // eval_every + 1) * eval_every
-            if score >= target or run.train_s >= cap_s:
+            if run.stop() or run.train_s >= cap_s:
                 break
             clock = time.perf_counter()
     run.test = evaluate_policy(podracer_policy(run.best_policy), market, "test")
     return run
 
 
-def train_finrl(env_cls: type, market: MarketData, target: float, seed: int, cap_s: float, eval_every: int,
+def train_finrl(env_cls: type, market: MarketData, log: EvalLog, seed: int, cap_s: float, eval_every: int,
                 budget: int, ppo_params: dict[str, Any]) -> Run:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -208,7 +225,7 @@ def train_finrl(env_cls: type, market: MarketData, target: float, seed: int, cap
         def _on_step(self) -> bool:
             return time.perf_counter() < self.deadline
 
-    run = Run(f"FinRL StockTradingEnv + SB3 PPO {ppo_params}, seed {seed}", seed)
+    run = Run(f"FinRL StockTradingEnv + SB3 PPO {ppo_params}, seed {seed}", seed, log=log)
     t0 = time.perf_counter()
     env = make_finrl_env(env_cls, market, "train")
     S = env.stock_dim
@@ -223,7 +240,7 @@ def train_finrl(env_cls: type, market: MarketData, target: float, seed: int, cap
         run.steps = int(model.num_timesteps)
         score = evaluate_policy(finrl_policy(model, S), market, "valid")["return_pct"]
         run.record(score, lambda: copy.deepcopy(model.policy.state_dict()))
-        if score >= target:
+        if run.stop():
             break
     model.policy.load_state_dict(run.best_policy)
     run.test = evaluate_policy(finrl_policy(model, S), market, "test")
@@ -232,17 +249,29 @@ def train_finrl(env_cls: type, market: MarketData, target: float, seed: int, cap
 
 # ---------------------------------------------------------------------------- report
 def report(ours: list[Run], finrl: Run | None, target: float, cap: dict[str, float]) -> None:
-    print(f"\n| side | setup s | train s to target | env steps to target | env steps/s | best valid % | "
-          f"test return % | test Sharpe |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\n| side | setup s | train s to target | env steps to target | train s to a holding target | "
+          f"env steps/s | best valid % | test return % | test Sharpe |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key, r in [("podracer", run) for run in ours] + ([("finrl", finrl)] if finrl else []):
-        hit = r.first_at(target)
+        hit, held = r.first_at(target), r.held()
         when = f"{hit[0]:.1f}" if hit else f"> {r.train_s:.0f} (not reached; cap {cap[key]:.0f} s)"
         steps = f"{hit[1]:,}" if hit else f"> {r.steps:,}"
-        print(f"| {r.name} | {r.setup_s:.1f} | {when} | {steps} | {r.steps / max(r.train_s, 1e-9):,.0f} | "
+        hold = f"{held[0]:.1f} ({held[1]:,} steps)" if held else f"> {r.train_s:.0f} (not held)"
+        print(f"| {r.name} | {r.setup_s:.1f} | {when} | {steps} | {hold} | {r.steps / max(r.train_s, 1e-9):,.0f} | "
               f"{r.best:+.1f} | {r.test['return_pct']:+.1f} | {r.test['sharpe']:.2f} |")
     if finrl is None:
         return
+    theirs = finrl.held()
+    mine = [(r.seed, r.held()) for r in ours]
+    if any(h for _, h in mine):
+        t_finrl = theirs[0] if theirs else finrl.train_s
+        ratios = [t_finrl / max(h[0], 1e-9) for _, h in mine if h]
+        missed = [str(seed) for seed, h in mine if not h]
+        print(f"to a target that holds: median {np.median(ratios):,.0f}x sooner than FinRL"
+              + ("" if theirs else " (FinRL's target never held: lower bounds)")
+              + (f"; Podracer's did not hold on seed(s) {', '.join(missed)}" if missed else ""))
+    else:
+        print("to a target that holds: Podracer's target held on no seed")
     levels = [("target", target)] + ([("equal quality: FinRL's best", finrl.best)] if finrl.best < target else [])
     for label, level in levels:
         b = finrl.first_at(level)
@@ -274,6 +303,9 @@ def main(argv: list[str] | None = None) -> dict[str, Run]:
     ap.add_argument("--eval-every", type=int, default=2048,
                     help="env steps between validation scores (default: after every update of either side)")
     ap.add_argument("--target", type=float, default=None, help="validation %% return (default: buy-and-hold's)")
+    ap.add_argument("--margin", type=float, default=2.0, help="%%-points below the target a held target may fall")
+    ap.add_argument("--hold-evals", type=int, default=5,
+                    help="scores after the holding one that must stay within --margin; each side trains on until then")
     ap.add_argument("--skip-finrl", action="store_true")
     ap.add_argument("--quick", action="store_true", help="caps of 60 s (ours) and 120 s (FinRL)")
     ap.add_argument("--tiny", action="store_true", help="seconds, for the test: tiny budgets and rollouts")
@@ -298,7 +330,8 @@ def main(argv: list[str] | None = None) -> dict[str, Run]:
           f"{target:+.1f}% on the validation years (equal-weight buy-and-hold {bh:+.1f}%); Podracer seeds "
           f"{', '.join(map(str, seeds))}, FinRL seed {args.seed}; 1 torch thread; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    ours = [train_podracer(market, target, seed, args.cap, args.eval_every, our_budget) for seed in seeds]
+    ours = [train_podracer(market, EvalLog(target, args.margin, args.hold_evals), seed, args.cap, args.eval_every,
+                           our_budget) for seed in seeds]
     runs = {"podracer": ours[0], **{f"podracer seed {r.seed}": r for r in ours[1:]}}
     caps = {"podracer": args.cap, "finrl": args.finrl_cap}
     if args.skip_finrl:
@@ -314,7 +347,8 @@ def main(argv: list[str] | None = None) -> dict[str, Run]:
             every = math.ceil(args.eval_every / ppo_params["n_steps"]) * ppo_params["n_steps"]
             if args.tiny:
                 every = ppo_params["n_steps"]
-            runs["finrl"] = train_finrl(env_cls, market, target, args.seed, args.finrl_cap, every,
+            runs["finrl"] = train_finrl(env_cls, market, EvalLog(target, args.margin, args.hold_evals), args.seed,
+                                        args.finrl_cap, every,
                                         args.finrl_steps, ppo_params)
     report(ours, runs.get("finrl"), target, caps)
     print(f"load average after: {os.getloadavg()[0]:.1f}")

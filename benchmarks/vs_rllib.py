@@ -47,14 +47,17 @@ seed against same seed). So on stocks both run 3 seeds by default (``--seed`` an
 of ours against RLlib's same seed; ``--rllib-seeds first`` runs RLlib on ``--seed`` alone (all of
 ours then against it). Pendulum runs ``--seed`` alone unless ``--seeds`` is given.
 
-Each library stops at its first evaluation that reaches the target, at the end of its step
-budget, or after ``--cap`` seconds of training. Columns:
+Each library trains until its target has held (``podracer.holding``): reached, then kept within
+a margin of it (``--pendulum-margin`` 50, ``--stock-margin`` 2 %-points) for ``--hold-evals`` (5)
+evaluations; or to the end of its step budget, or ``--cap`` seconds of training. Columns:
 
 - ``setup_s``: start-up, from launching the process to the first training step: interpreter,
   imports, data, ``ray.init`` and ``build_algo`` for RLlib, building env and agent for Podracer;
 - ``train_s_to_target``: training seconds until the evaluation that reached the target,
   evaluations excluded (the evaluation is the benchmark's yardstick, not either library's work);
-- ``total_s_to_target``: the two together (start-up included);
+- ``train_s_to_hold``: training seconds until the first evaluation at the target after which
+  every evaluation stayed within the margin (``>`` the run's time where the target never held);
+- ``total_s_to_target``: start-up and ``train_s_to_target`` together;
 - ``steps_to_target``: env steps trained by then; ``steps_per_s``: env steps over training
   seconds for the whole run (sampling and learning);
 - ``peak_rss_mb``: the largest resident memory of the process and all its children (Ray's
@@ -114,7 +117,7 @@ DEFAULT_RLLIB_PYTHON = ROOT / ".venv" / "rllib" / "bin" / "python"
 EVAL_EVERY = {"pendulum": 2_000, "stock": 2_048}
 CAPS = {"pendulum": 240.0, "stock": 300.0}  # training seconds; --quick: a third
 AIMS = {"pendulum": 50.0, "stock": 20.0}  # RLlib's training seconds to target over ours
-COLUMNS = ["setup_s", "train_s_to_target", "total_s_to_target", "steps_to_target", "steps_per_s", "peak_rss_mb",
+COLUMNS = ["setup_s", "train_s_to_target", "train_s_to_hold", "total_s_to_target", "steps_to_target", "steps_per_s", "peak_rss_mb",
            "last_eval"]
 
 
@@ -161,7 +164,8 @@ def podracer_side(args: argparse.Namespace) -> dict[str, Any]:
         return out
 
     ppo_module.ppo_update = timed_update
-    clock = Clock("podracer", args.task, args.target, args.eval_every, args.cap_s, preset.total_steps, args.launched)
+    clock = Clock("podracer", args.task, args.target, args.eval_every, args.cap_s, preset.total_steps, args.launched,
+                  args.margin, args.hold_evals)
     clock.begin()
     update_s_to_target = math.nan
     for row in podracer.iterate_training(agent, env, preset.total_steps, seed=args.seed):
@@ -215,7 +219,7 @@ def side_args(args: argparse.Namespace, task: str, target: float, seed: int) -> 
     every = args.stock_eval_every if task == "stock" else EVAL_EVERY[task]
     return ["--task", task, "--target", repr(target), "--eval-every", str(every),
             "--eval-episodes", str(args.eval_episodes), "--cap-s", repr(args.caps[task]), "--seed", str(seed),
-            "--launched", repr(time.time())]
+            "--launched", repr(time.time()), "--margin", repr(args.margins[task]), "--hold-evals", str(args.hold_evals)]
 
 
 def task_seeds(args: argparse.Namespace, task: str) -> tuple[list[int], list[int]]:
@@ -240,6 +244,11 @@ def speed_row(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, str]:
     """How many times Podracer is better than RLlib, column by column, for one pair of runs."""
     speed = {"library": f"speed-up (x), seed {ours['seed']}"}
     for col in COLUMNS:
+        if col == "train_s_to_hold":
+            mine, other = ours["s_to_hold"] if ours["held"] else math.nan, theirs["s_to_hold"]
+            speed[col] = "-" if not ours["held"] else (f"{other / mine:.1f}x" if theirs["held"] else
+                                                       f"> {theirs['train_s'] / mine:.1f}x")
+            continue
         if col in ("steps_to_target", "last_eval"):
             speed[col] = "-"
             continue
@@ -268,6 +277,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         row = dict(r)
         row["library"] = f"{r['library']}, seed {r['seed']}"
         row["train_s_to_target"] = r["s_to_target"]
+        row["train_s_to_hold"] = r["s_to_hold"] if r["held"] else f"> {r['train_s']:.0f} (not held)"
         if not r["reached"]:  # a lower bound: the whole run
             row["train_s_to_target"] = f"> {r['train_s']:.0f} (not reached)"
             row["total_s_to_target"] = f"> {r['setup_s'] + r['train_s']:.0f}"
@@ -287,7 +297,9 @@ def speedups(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
     target counts its whole training time: a lower bound for RLlib, an upper bound for Podracer."""
     t_ours = ours["s_to_target"] if ours["reached"] else ours["train_s"]
     t_theirs = theirs["s_to_target"] if theirs["reached"] else theirs["train_s"]
-    return {"train": t_theirs / t_ours,
+    h_ours = ours["s_to_hold"] if ours["held"] else ours["train_s"]
+    h_theirs = theirs["s_to_hold"] if theirs["held"] else theirs["train_s"]
+    return {"train": t_theirs / t_ours, "hold": h_theirs / h_ours,
             "total": (t_theirs + theirs["setup_s"]) / (t_ours + ours["setup_s"]),
             "steps_per_s": ours["steps_per_s"] / theirs["steps_per_s"]}
 
@@ -299,7 +311,7 @@ def seed_summary(task: str, rows: list[dict[str, Any]]) -> str:
     rllib = {r["seed"]: r for r in rows if r["library"] == "rllib"}
     pairs = [(r, rllib.get(r["seed"], next(iter(rllib.values())))) for r in ours]
     s = [speedups(a, b) for a, b in pairs]
-    train, total = [x["train"] for x in s], [x["total"] for x in s]
+    train, total, hold = [x["train"] for x in s], [x["total"] for x in s], [x["hold"] for x in s]
     worst = min(range(len(pairs)), key=lambda i: train[i])
     w = pairs[worst][0]
     lower = "at least " if not all(b["reached"] for _, b in pairs) else ""
@@ -318,7 +330,11 @@ def seed_summary(task: str, rows: list[dict[str, Any]]) -> str:
     return (f"{task}: over Podracer's seeds {', '.join(str(a['seed']) for a, _ in pairs)} ({theirs}), Podracer "
             f"reaches the target {lower}{spread(train)} faster than RLlib (start-up excluded), {lower}{spread(total)} "
             f"(start-up included); worst seed {w['seed']}: {w['s_to_target' if w['reached'] else 'train_s']:.2f} s, "
-            f"{steps}; {np.median([x['steps_per_s'] for x in s]):.1f}x the env steps per second. {aim}."
+            f"{steps}; {np.median([x['steps_per_s'] for x in s]):.1f}x the env steps per second. {aim}. To a target "
+            f"that holds ({pairs[0][0]['hold_evals']} evaluations within {pairs[0][0]['margin']:g}): "
+            f"{'at least ' if not all(b['held'] for _, b in pairs) else ''}{spread(hold)} faster"
+            + (f"; Podracer's target did not hold on seed(s) {', '.join(str(a['seed']) for a, _ in pairs if not a['held'])}"
+               f" (upper bounds)" if not all(a["held"] for a, _ in pairs) else "") + "."
             + (f" Podracer missed the target on seed(s) {', '.join(missed)}: those ratios are upper bounds."
                if missed else ""))
 
@@ -331,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=None,
                         help="training seconds per library and task (default 240 s Pendulum, 300 s stock)")
     parser.add_argument("--pendulum-target", type=float, default=-250.0)
+    parser.add_argument("--pendulum-margin", type=float, default=50.0,
+                        help="how far below the target a held target may fall (podracer.holding)")
+    parser.add_argument("--stock-margin", type=float, default=2.0, help="the same on stocks, in %% points")
+    parser.add_argument("--hold-evals", type=int, default=5,
+                        help="evaluations after the holding one that must stay within the margin; each library "
+                             "trains on past its first reach until then")
     parser.add_argument("--stock-target", type=float, default=None,
                         help="validation %% return (default: equal-weight buy-and-hold's, +20.3%%)")
     parser.add_argument("--stock-eval-every", type=int, default=EVAL_EVERY["stock"],
@@ -358,12 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cap-s", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--margin", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
         print(RESULT + json.dumps(podracer_side(args)), flush=True)
         return 0
 
     command = shlex.join(["python", "benchmarks/vs_rllib.py", *(sys.argv[1:] if argv is None else argv)])
+    args.margins = {"pendulum": args.pendulum_margin, "stock": args.stock_margin}
     args.caps = {task: args.cap or (cap / 3 if args.quick else cap) for task, cap in CAPS.items()}
     rllib_python = Path(args.rllib_python)
     if not args.skip_rllib and not rllib_python.exists():

@@ -401,6 +401,27 @@ def test_anneal_lr_decays_over_the_run():
     assert both._current_lr() == pytest.approx(0.5e-3)
 
 
+def test_anneal_floor_holds_past_the_horizon():
+    """α falls linearly to ``anneal_floor`` x α at ``anneal_steps`` and stays there (issue 38:
+    training on past the budget neither stops learning nor restarts at full α); the same floor
+    ends an ``anneal_lr`` window, and a new run's window starts again from α."""
+    env = PendulumVecEnv(num_envs=4)
+    per_step = 8 * 4
+    agent = _tiny_agent(env, learning_rate=1e-3, anneal_steps=4 * per_step, anneal_floor=0.1)
+    obs, _ = env.reset(seed=0)
+    lrs = []
+    for _ in range(7):
+        obs, metrics = agent.train_step(env, obs)
+        lrs.append(metrics["charts/learning_rate"])
+    assert lrs == pytest.approx([1e-3, 0.775e-3, 0.55e-3, 0.325e-3, 0.1e-3, 0.1e-3, 0.1e-3])
+    windowed = _tiny_agent(env, learning_rate=1e-3, anneal_lr=True, anneal_floor=0.2)
+    windowed.begin_training(2 * per_step)
+    windowed.global_step = 5 * per_step
+    assert windowed._current_lr() == pytest.approx(0.2e-3)
+    with pytest.raises(ValueError, match="anneal_floor must be in"):
+        _tiny_agent(env, anneal_floor=1.5)
+
+
 def test_anneal_lr_without_begin_training_warns():
     env = PendulumVecEnv(num_envs=4)
     agent = _tiny_agent(env, anneal_lr=True)

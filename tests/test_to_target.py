@@ -14,14 +14,15 @@ TINY_PPO = dict(num_steps=8, num_minibatches=2, update_epochs=2, hidden_sizes=(1
 
 
 def test_ppo_reaches_an_easy_cartpole_target_and_the_numbers_match_its_history():
-    summary = podracer.seeds_to_target("ppo", "cartpole", target=100.0, seeds=[0, 1], total_steps=32_768,
+    # 65,536 steps: the cartpole preset's α is 1e-3 since issue 38 (seed 0 reaches 100 after ~45k).
+    summary = podracer.seeds_to_target("ppo", "cartpole", target=100.0, seeds=[0, 1], total_steps=65_536,
                                        eval_every=2_048)
     assert summary.reached == 2 and [r.seed for r in summary.runs] == [0, 1]
     for run in summary.runs:
         evals = run.history.dropna(subset=["eval/return_mean"])
         first = evals[evals["eval/return_mean"] >= 100.0].iloc[0]
         assert run.reached and run.steps == int(first["global_step"]) and run.seconds == first["time/train_s"]
-        assert run.steps < 32_768 and run.env_steps == run.steps  # training stopped at the target
+        assert run.steps < 65_536 and run.env_steps == run.steps  # training stopped at the target
         assert run.final_return >= 100.0 and run.seconds > 0
     row = summary.row()
     steps = sorted(r.steps for r in summary.runs)

@@ -31,7 +31,8 @@ Our deviations (the reasons are on ``docs/ppo.md``):
   bounds and clipped for the env (not tanh-squashed); Discrete actions: a categorical.
 - Optional ppo2 value clipping (``clip_vloss``); advantages standardised per minibatch; global
   gradient-norm clipping; linear learning-rate annealing over a run (``anneal_lr``) or to an
-  absolute step (``anneal_steps``); separate orthogonal-init actor and critic MLPs.
+  absolute step (``anneal_steps``), down to a floor (``anneal_floor``) that holds after it;
+  separate orthogonal-init actor and critic MLPs.
 - All randomness comes from the agent's own ``torch.Generator``, saved with it.
 """
 
@@ -71,8 +72,11 @@ class PPOConfig:
     gamma: float = field(default=0.99, metadata={"mutable": (0.9, 0.999), "mutable_scale": "one_minus"})
     gae_lambda: float = field(default=0.95, metadata={"mutable": (0.8, 0.99), "mutable_scale": "one_minus"})
     learning_rate: float = field(default=3e-4, metadata={"mutable": (1e-5, 1e-2)})  # α: Adam step size, 1e-5-1e-2
-    anneal_lr: bool = False  # α decays linearly to 0 over each training run (window set by begin_training)
-    anneal_steps: int = 0  # absolute horizon: α reaches 0 at this global_step; 0 = off; overrides anneal_lr
+    anneal_lr: bool = False  # α decays linearly to its floor over each training run (window set by begin_training)
+    anneal_steps: int = 0  # absolute horizon: α reaches its floor at this global_step; 0 = off; overrides anneal_lr
+    # α's floor as a fraction of learning_rate, 0-1: annealing ends there and α stays there after the
+    # window, so that training on past the budget neither stops learning nor restarts at full α.
+    anneal_floor: float = 0.0
     clip_eps: float = field(default=0.2, metadata={"mutable": (0.05, 0.4)})  # ε: ratio clip, 0.1-0.3
     clip_vloss: bool = True  # clip value updates to ±ε around V_old (ppo2), else plain squared error
     vf_coef: float = 0.5  # c₁: value-loss weight, 0.25-1
@@ -88,7 +92,7 @@ class PPOConfig:
     adam_eps: float = 1e-5  # Adam ε (baselines' value, not torch's 1e-8)
 
     def __post_init__(self) -> None:
-        check_config(self, optional=("num_steps", "target_kl"), unit_interval=("gamma", "gae_lambda"),
+        check_config(self, optional=("num_steps", "target_kl"), unit_interval=("gamma", "gae_lambda", "anneal_floor"),
                      positive=("learning_rate", "clip_eps", "max_grad_norm", "target_kl"),
                      non_negative=("anneal_steps", "vf_coef", "ent_coef"),
                      at_least_one=("num_steps", "num_minibatches", "update_epochs"))
@@ -379,7 +383,7 @@ class PPO(AgentBase):
         """Start a run of ``total_steps`` env steps on a freshly reset env (``podracer.train`` calls
         this right after ``env.reset()``). The running discounted return restarts at 0, as
         ``VecNormalize`` does on reset: the last run's episodes do not continue into this one's
-        scaled rewards. With ``anneal_lr``, α decays to 0 over [global_step, global_step + total_steps]."""
+        scaled rewards. With ``anneal_lr``, α decays to its floor over [global_step, global_step + total_steps]."""
         if self.discounted_return is not None:  # a new tensor: a state_dict taken earlier may share the old one
             self.discounted_return = torch.zeros_like(self.discounted_return)
         if self.config.anneal_lr:
@@ -391,15 +395,18 @@ class PPO(AgentBase):
         return self.config.batch_size(num_envs)
 
     def _current_lr(self) -> float:
-        """α, decayed linearly to 0 at ``anneal_steps`` when that is set, else over the run's window
-        when ``anneal_lr`` is (see ``begin_training``), else constant."""
+        """α, decayed linearly to ``anneal_floor`` x α at ``anneal_steps`` when that is set, else over
+        the run's window when ``anneal_lr`` is (see ``begin_training``), else constant; the floor
+        holds after the horizon."""
         cfg = self.config
         if cfg.anneal_steps:
-            return cfg.learning_rate * max(1.0 - self.global_step / cfg.anneal_steps, 0.0)
-        if cfg.anneal_lr and self.anneal_window is not None:
+            frac = max(1.0 - self.global_step / cfg.anneal_steps, 0.0)
+        elif cfg.anneal_lr and self.anneal_window is not None:
             start, end = self.anneal_window
-            return cfg.learning_rate * max(1.0 - (self.global_step - start) / max(end - start, 1), 0.0)
-        return cfg.learning_rate
+            frac = max(1.0 - (self.global_step - start) / max(end - start, 1), 0.0)
+        else:
+            return cfg.learning_rate
+        return cfg.learning_rate * (cfg.anneal_floor + (1.0 - cfg.anneal_floor) * frac)
 
     def _apply_lr(self) -> None:
         for group in self.optimizer.param_groups:
