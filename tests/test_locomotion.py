@@ -215,7 +215,9 @@ def test_sac_learns_halfcheetah_in_its_preset_budget():
     steps on 8 sub-envs (~90 s on one core): the deterministic policy runs forward where a random
     policy scores -299 on these episodes and the untrained one about 0. The whole budget, not a
     smoke part of it: before 30k the return depends on the CPU (seed 0 after 20k: 1182 on one
-    Xeon, 310 on another, where seeds 0-3 give 3047-3295 after 30k; presets.yaml has the curves)."""
+    Xeon, 310 on another, where seeds 0-3 give 3047-3295 after 30k; presets.yaml has the curves).
+    Measured 2026-12-07, seeds 0-4 after 30k: 3047-3573 on that Xeon (AVX-512), 2056-3729 with
+    ATen and MKL forced to AVX2 (seed 0: 2056); after 20k the lowest is 310, after 25k 816."""
     p = podracer.get_preset("sac", "halfcheetah")
     env = locomotion.make_env("HalfCheetah", p.num_envs, device="cpu", seed=0, verbose=False)
     eval_env = locomotion.make_env("HalfCheetah", 4, device="cpu", seed=100, verbose=False)
