@@ -203,7 +203,7 @@ def ppo_case(name: str, tiny: bool) -> Case:
     cfg = dataclasses.replace(agent.config, target_kl=None)  # every epoch: a fixed amount of work
     if tiny:
         cfg = dataclasses.replace(cfg, update_epochs=1)
-    n = cfg.batch_size(env.num_envs)
+    n = cfg.rollout_size(env.num_envs)
     B = cfg.minibatch_size(env.num_envs)
     steps = cfg.update_epochs * (n // B)
     obs_dim, act_dim = agent.obs_dim, env.single_action_space.shape[0]

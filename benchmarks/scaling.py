@@ -100,10 +100,10 @@ def run_tournament(backend: str, pods: int, args: argparse.Namespace, setup: tup
         wall = time.perf_counter() - start
         entries = t.board.entries()
     frame = pd.DataFrame({"id": [e.id for e in entries], "parent_id": [e.parent_id for e in entries],
-                          "pod": [e.pod for e in entries], "env_steps": [e.env_steps for e in entries],
+                          "pod": [e.pod for e in entries], "global_step": [e.global_step for e in entries],
                           "wall_time": [e.wall_time for e in entries], "score": [e.score for e in entries],
                           "created_at": [e.created_at for e in entries]}).set_index("id")
-    trained = frame["env_steps"] - frame["parent_id"].map(frame["env_steps"]).fillna(0)  # per generation
+    trained = frame["global_step"] - frame["parent_id"].map(frame["global_step"]).fillna(0)  # per generation
     per_pod = pd.DataFrame({"pod": frame["pod"], "steps": trained, "wall": frame["wall_time"]}).groupby("pod").sum()
     hits = frame.loc[frame["score"] >= args.target, "created_at"]
     row = {"backend": backend, "pods": pods, "entries": len(frame), "env_steps": int(trained.sum()), "wall_s": wall,

@@ -113,7 +113,7 @@ def train_tournament(make_env: Callable[[], Any], make_valid: Callable[[], Any],
         torch.set_num_threads(1)
         frame = t.board.to_frame()
         best = t.best()
-    trained = frame["env_steps"] - frame["parent_id"].map(frame["env_steps"]).fillna(0)  # per generation
+    trained = frame["global_step"] - frame["parent_id"].map(frame["global_step"]).fillna(0)  # per generation
     top = frame.sort_values("score", ascending=False).iloc[0]
     return best, {"env_steps": int(trained.sum()), "valid": float(top["score"]), "wall_s": time.perf_counter() - start,
                   "learning_rate": float(top["hp/learning_rate"]), "best_generation": int(top["generation"]),

@@ -408,7 +408,7 @@ def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFra
 
 def board_summary(board: pd.DataFrame) -> pd.DataFrame:
     """The leaderboard columns a reader wants: lineage, score, what changed, hyperparameters."""
-    keep = ["parent_id", "generation", "pod", "score", "env_steps", "changes"]
+    keep = ["parent_id", "generation", "pod", "score", "global_step", "changes"]
     return board[keep + [c for c in board.columns if c.startswith("hp/")]]
 
 

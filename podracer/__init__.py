@@ -1,6 +1,6 @@
 """Podracer: compact RL agents on batched tensor environments, one pod or a tournament of them.
 
-The stable API (1.x; see the README's API section): everything listed in ``__all__`` below.
+The stable API (1.x; see docs/stable_api.md): everything listed in ``__all__`` below.
 Renames keep the old name working, with a FutureWarning, until the removal version
 ``podracer.deprecation.DEPRECATIONS`` gives (docs/deprecations.md).
 

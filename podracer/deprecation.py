@@ -1,10 +1,10 @@
 """Every deprecated public name in one table, and the helpers that keep each old name working.
 
-The rule (the README's stable-API section): a renamed name keeps working, with a
+The rule (docs/stable_api.md): a renamed name keeps working, with a
 ``FutureWarning`` that names its new name and the version that removes it, through the next
 minor version: renamed in 1.0, still there in 1.1, gone in 1.2. ``DEPRECATIONS`` holds one row
 per old name (its new name, the version that deprecated it, the one version that removes it);
-docs/deprecations.md and the README's table are its text (``markdown_table``), and a test checks
+docs/deprecations.md and docs/stable_api.md's table are its text (``markdown_table``), and a test checks
 that they agree and that every old name warns as its row says.
 
 However a name reaches the user, it warns the same way (``message``), through one of these:
@@ -14,6 +14,7 @@ However a name reaches the user, it warns the same way (``message``), through on
 - ``deprecated_alias("new")``: a class attribute (``nets = deprecated_alias("model")``);
 - ``module_getattr(__name__)``: a module-level name, as the module's PEP 562 ``__getattr__``;
 - ``renamed_function(old, new_function)``: a function kept under its old name;
+- ``@renamed_argument("Owner.function.old")``: a keyword argument of a function or method;
 - ``renamed_keys(state, cls)``: keys of a saved state or config (a checkpoint written before a
   rename holds the old attribute and field names);
 - ``warn(old)``: anything else (a moved module warns on import).
@@ -24,6 +25,7 @@ version has come is a failing test (tests/test_deprecation.py), so nothing outli
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ class Deprecation:
 
     old: str  # qualified as a user meets it: "SACConfig.hidden", "podracer.agents.ppo.Batch"
     new: str  # the name to use instead, qualified the same way
-    kind: str  # "config field", "attribute", "function", "module attribute", "module"
+    kind: str  # "config field", "attribute", "argument", "function", "module attribute", "module"
     since: str  # the version that deprecated it
     removed_in: str  # the first version without it
     note: str = ""  # a hint appended to the warning
@@ -71,6 +73,16 @@ _ROWS = [
     # warn from this release on (they never warned before): removed two minor versions later
     Deprecation("podracer.agents.get_agent_class", "podracer.agents.resolve_agent", "function", _NEXT, "1.4"),
     Deprecation("podracer.tournament.checkpoints", "podracer.checkpoints", "module", _NEXT, "1.4"),
+    # one name per concept (1.2): env steps along an agent's whole life (ancestors included) are its
+    # global_step, as the agents say; a pod's own env steps over its generations are its pod_steps
+    Deprecation("Entry.env_steps", "Entry.global_step", "attribute", _NEXT, "1.4"),
+    Deprecation("Leaderboard.submit.env_steps", "Leaderboard.submit.global_step", "argument", _NEXT, "1.4"),
+    Deprecation("Leaderboard.record.env_steps", "Leaderboard.record.global_step", "argument", _NEXT, "1.4"),
+    Deprecation("Pod.steps", "Pod.pod_steps", "attribute", _NEXT, "1.4"),
+    Deprecation("podracer.tournament.ray_backend.checkpoint_bytes", "podracer.checkpoints.dumps",
+                "module attribute", _NEXT, "1.4", "Leaderboard.checkpoint_bytes(entry) keeps its name"),
+    Deprecation("PPOConfig.batch_size", "PPOConfig.rollout_size", "attribute", _NEXT, "1.4",
+                "T x N samples per rollout; batch_size is the minibatch elsewhere: minibatch_size here"),
 ]
 DEPRECATIONS: dict[str, Deprecation] = {row.old: row for row in _ROWS}
 
@@ -192,6 +204,31 @@ def renamed_function(old: str, function: Callable[..., Any]) -> Callable[..., An
     return wrapper
 
 
+def renamed_argument(old: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator keeping a renamed keyword argument: ``@renamed_argument("Leaderboard.submit.env_steps")``
+    on ``submit`` accepts ``env_steps=`` with the warning and passes it on as its row's new name
+    (``global_step=``). Both names at once is a ``TypeError`` that says which one to keep."""
+    row = lookup(old)
+    keyword, new = old.rpartition(".")[2], row.new_short
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if keyword in kwargs:
+                if new in kwargs:
+                    raise TypeError(f"{old.rpartition('.')[0]}() got both {keyword}= and {new}=: pass only {new}= "
+                                    f"({message(old)})")
+                warn(old)
+                kwargs[new] = kwargs.pop(keyword)
+            return function(*args, **kwargs)
+
+        renamed = {**getattr(function, "renamed_arguments", {}), keyword: row}  # read by tests/test_deprecation.py
+        wrapper.renamed_arguments = renamed  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
+
+
 def renamed_keys(state: dict[str, Any], cls: type, what: str = "this checkpoint") -> dict[str, Any]:
     """``state`` (a saved state dict or config of class ``cls``) with the old keys of ``cls``'s
     renamed attributes and fields under their new names, and one warning listing them when
@@ -207,13 +244,13 @@ def renamed_keys(state: dict[str, Any], cls: type, what: str = "this checkpoint"
 
 # ---------------------------------------------------------------------------- the docs page
 def markdown_table() -> str:
-    """The table as Markdown, one row per old name, in table order: docs/deprecations.md and the
-    README hold exactly this text."""
+    """The table as Markdown, one row per old name, in table order: docs/deprecations.md and
+    docs/stable_api.md hold exactly this text."""
     lines = ["| old name | new name | kind | deprecated in | removed in |", "|---|---|---|---|---|"]
     lines += [f"| `{r.old}` | `{r.new}` | {r.kind} | {r.since} | {r.removed_in} |" for r in _ROWS]
     return "\n".join(lines) + "\n"
 
 
 __all__ = ["DEPRECATIONS", "Deprecation", "deprecated_alias", "lookup", "markdown_table", "message",
-           "module_attribute", "module_getattr", "renamed_fields", "renamed_function",
+           "module_attribute", "module_getattr", "renamed_argument", "renamed_fields", "renamed_function",
            "renamed_keys", "resolve", "version_tuple", "warn"]

@@ -1,5 +1,5 @@
 """One deprecation table (``podracer.deprecation``): every old name in it still works and warns with
-the table's text, the README and docs/deprecations.md show exactly that table, nothing else in the
+the table's text, docs/stable_api.md and docs/deprecations.md show exactly that table, nothing else in the
 packages warns of a rename its own way, and no name outlives its removal version."""
 
 import ast
@@ -20,10 +20,8 @@ from podracer.deprecation import DEPRECATIONS, deprecated_alias, markdown_table,
 ROOT = Path(__file__).resolve().parents[1]
 # Where the classes that own renamed attributes live (a new owner in the table is added here).
 OWNERS = {"OffPolicyAgent": "podracer.agents.offpolicy", "ReplayBuffer": "podracer.agents.replay",
-          "StockTradingVecEnv": "finance.env"}
-# ppo.py still has its own __getattr__ with its own text (issue 35: its owner switches it to
-# ``__getattr__ = deprecation.module_getattr(__name__)``); strict, so the fix shows as an XPASS.
-PPO_OWN_WARNING = pytest.mark.xfail(strict=True, reason="podracer/agents/ppo.py warns with its own text")
+          "StockTradingVecEnv": "finance.env", "Entry": "podracer.tournament.schema", "Pod": "podracer.tournament.pod",
+          "Leaderboard": "podracer.tournament", "PPOConfig": "podracer.agents.ppo"}
 
 
 def _generated_block(path: Path) -> str:
@@ -33,7 +31,7 @@ def _generated_block(path: Path) -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/deprecations.md"])
+@pytest.mark.parametrize("page", ["docs/stable_api.md", "docs/deprecations.md"])  # the README's moved there
 def test_the_readme_and_the_docs_page_show_the_modules_table(page):
     assert _generated_block(ROOT / page) == markdown_table(), (
         f"{page} disagrees with podracer.deprecation.DEPRECATIONS: paste podracer.deprecation.markdown_table()")
@@ -82,6 +80,16 @@ def _check_attribute(row: deprecation.Deprecation) -> None:
     assert _one_warning(caught) == message(row.old)
 
 
+def _check_argument(row: deprecation.Deprecation) -> None:
+    owner, function, old = row.old.split(".")
+    method = getattr(getattr(importlib.import_module(OWNERS[owner]), owner), function)
+    assert method.renamed_arguments[old] is row  # @renamed_argument(row.old) on it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert deprecation.renamed_argument(row.old)(lambda **kw: kw)(**{old: 7}) == {row.new_short: 7}
+    assert _one_warning(caught) == message(row.old)
+
+
 def _check_module_attribute(row: deprecation.Deprecation) -> None:
     module, _, old = row.old.rpartition(".")
     with warnings.catch_warnings(record=True) as caught:
@@ -109,18 +117,16 @@ def _check_module(row: deprecation.Deprecation) -> None:
     assert all(getattr(moved, name) is getattr(new, name) for name in moved.__all__)
 
 
-CHECKS = {"config field": _check_config_field, "attribute": _check_attribute,
+CHECKS = {"config field": _check_config_field, "attribute": _check_attribute, "argument": _check_argument,
           "module attribute": _check_module_attribute, "function": _check_function, "module": _check_module}
 
 
-@pytest.mark.parametrize("old", [pytest.param(k, marks=PPO_OWN_WARNING) if k == "podracer.agents.ppo.Batch" else k
-                                 for k in DEPRECATIONS])
+@pytest.mark.parametrize("old", list(DEPRECATIONS))
 def test_every_old_name_in_the_table_works_and_warns_with_the_tables_text(old):
     row = DEPRECATIONS[old]
     CHECKS[row.kind](row)
 
 
-@PPO_OWN_WARNING
 def test_no_module_warns_of_a_rename_its_own_way():
     """Every FutureWarning or DeprecationWarning the packages raise comes from podracer.deprecation."""
     own = []

@@ -25,6 +25,7 @@ from podracer.envs import PendulumVecEnv
 from podracer import checkpoints
 from podracer.tournament import (CheckpointError, CheckpointMissingError, DamagedBoardError, Leaderboard,
                                  ReadOnlyBoardError, TicketError, mutate, select_parent)
+from podracer.tournament import schema
 
 
 def small_agent(seed: int = 0):
@@ -33,11 +34,11 @@ def small_agent(seed: int = 0):
 
 def test_submit_rank_lineage_and_frame(tmp_path):
     board = Leaderboard(tmp_path)
-    root = board.submit(small_agent(), -900.0, hparams={"learning_rate": 3e-4}, env_steps=100)
+    root = board.submit(small_agent(), -900.0, hparams={"learning_rate": 3e-4}, global_step=100)
     child = board.submit(small_agent(1), -500.0, parent_id=root.id, generation=1, pod=2,
-                         hparams={"learning_rate": 2.4e-4}, changes={"learning_rate": [3e-4, 2.4e-4]}, env_steps=200)
-    other = board.submit(small_agent(2), -700.0, env_steps=100)
-    grandchild = board.submit(small_agent(3), -600.0, parent_id=child.id, generation=2, env_steps=300)
+                         hparams={"learning_rate": 2.4e-4}, changes={"learning_rate": [3e-4, 2.4e-4]}, global_step=200)
+    other = board.submit(small_agent(2), -700.0, global_step=100)
+    grandchild = board.submit(small_agent(3), -600.0, parent_id=child.id, generation=2, global_step=300)
 
     assert len(board) == 4
     assert [e.id for e in board.top(3)] == [child.id, grandchild.id, other.id]
@@ -48,6 +49,7 @@ def test_submit_rank_lineage_and_frame(tmp_path):
     assert list(frame.index) == [child.id, grandchild.id, other.id, root.id]  # ranked by score
     assert frame.loc[child.id, "hp/learning_rate"] == pytest.approx(2.4e-4)
     assert "learning_rate" in frame.loc[child.id, "changes"]
+    assert frame.loc[grandchild.id, "global_step"] == 300  # along the lineage, as the agents count it
     with sqlite3.connect(board.path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -55,6 +57,24 @@ def test_submit_rank_lineage_and_frame(tmp_path):
     obs = torch.randn(5, 3)
     restored = board.load_agent(child.id)
     torch.testing.assert_close(restored.act(obs, deterministic=True), small_agent(1).act(obs, deterministic=True))
+
+
+def test_env_steps_the_old_name_of_global_step_still_works_and_old_stores_read(tmp_path):
+    """``env_steps`` (the keyword and ``Entry``'s attribute) is renamed ``global_step``; the file
+    keeps its column ``env_steps``, so a store written before the rename reads unchanged."""
+    board = Leaderboard(tmp_path)
+    with pytest.warns(FutureWarning, match="Leaderboard.submit.env_steps is renamed 'global_step'.*podracer 1.4"):
+        entry = board.submit(small_agent(), -900.0, env_steps=128)
+    assert entry.global_step == 128
+    with pytest.warns(FutureWarning, match="Entry.env_steps is renamed 'global_step'"):
+        assert entry.env_steps == 128
+    with pytest.raises(TypeError, match="both env_steps= and global_step=: pass only global_step="):
+        board.submit(small_agent(), -900.0, env_steps=1, global_step=1)
+    with sqlite3.connect(board.path) as db:  # the file's column: what older versions read and write
+        assert db.execute("SELECT env_steps FROM entries").fetchall() == [(128,)]
+    with schema.read_file(board.path) as db:  # a snapshot, read-only: no migration could run on it
+        assert [e.global_step for e in schema.entries(db)] == [128]
+    assert list(board.to_frame()["global_step"]) == [128]
 
 
 def test_crash_before_the_row_never_lists_a_half_written_checkpoint(tmp_path, monkeypatch):
@@ -363,7 +383,7 @@ def test_an_edited_board_file_says_what_it_is_and_how_to_recover(tmp_path, where
     sqlite3.DatabaseError it was) naming the file and the ways back, not sqlite's bare message."""
     board = Leaderboard(tmp_path)
     for seed in range(3):
-        board.submit(small_agent(seed), -900.0 + seed, env_steps=100, hparams={"note": "x" * 3000})
+        board.submit(small_agent(seed), -900.0 + seed, global_step=100, hparams={"note": "x" * 3000})
     board.backup(tmp_path / "copy.sqlite")
     db = sqlite3.connect(board.path)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the file itself

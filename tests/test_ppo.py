@@ -190,7 +190,7 @@ def test_act_shapes_bounds_and_metrics():
     assert a.shape == (5, 1) and a.dtype == torch.float32
     assert float(a.abs().max()) <= 2.0
     obs, metrics = agent.train_step(env, obs)
-    for key in ("env_steps", "loss/actor", "loss/critic", "loss/entropy", "charts/approx_kl", "charts/clipfrac",
+    for key in ("env_steps", "loss/actor", "loss/critic", "charts/entropy", "charts/approx_kl", "charts/clipfrac",
                 "charts/learning_rate"):
         assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
     assert metrics["env_steps"] == 8 * 5
@@ -299,7 +299,7 @@ def test_same_seed_same_history():
 def test_default_rollout_is_sized_to_the_sub_env_count():
     cfg = PPOConfig()
     assert [cfg.rollout_steps(n) for n in (1, 64, 100, 512, 4096)] == [2048, 32, 21, 16, 16]
-    assert cfg.batch_size(64) == 2048 and cfg.minibatch_size(64) == 64
+    assert cfg.rollout_size(64) == 2048 and cfg.minibatch_size(64) == 64
     assert PPOConfig(num_steps=2048).rollout_steps(64) == 2048  # the paper's T, asked for explicitly
     env = PendulumVecEnv(num_envs=64)
     agent = podracer.make_agent("ppo", env, preset=None)

@@ -33,6 +33,7 @@ import pytest
 import torch
 
 import podracer
+from podracer import checkpoints
 from podracer.checkpoints import CheckpointError
 from podracer.tournament import Leaderboard, TicketError, Tournament, TournamentConfig
 
@@ -84,7 +85,7 @@ def assert_consistent(board: Leaderboard, budget: int, steps: int = 4096) -> Non
             assert all(e.hparams[name] == pytest.approx(new) for name, (old, new) in e.changes.items())
             continue
         parent = by_id[e.parent_id]
-        assert e.generation == parent.generation + 1 and e.env_steps >= parent.env_steps + steps
+        assert e.generation == parent.generation + 1 and e.global_step >= parent.global_step + steps
         for name, (old, new) in e.changes.items():
             assert parent.hparams[name] == pytest.approx(old) and e.hparams[name] == pytest.approx(new)
 
@@ -489,7 +490,7 @@ def test_checkpoints_travel_as_bytes_and_are_checked_on_arrival(tmp_path, local_
         with pytest.raises(TicketError, match="not claimed any more"):  # the board's errors arrive as they are
             client.submit(agent, -400.0, agent_name="ppo", pod=pod, ticket=ticket)
 
-        data, checksum = ray_backend.checkpoint_bytes(agent.checkpoint())
+        data, checksum = checkpoints.dumps(agent.checkpoint())
         with pytest.raises(CheckpointError, match="fails its checksum"):  # altered in transit: refused
             ray.get(server.submit.remote(data[:-1] + b"x", checksum, -1.0, agent_name="ppo"))
         assert len(board) == 1 and len(list(board.checkpoint_dir.iterdir())) == 1

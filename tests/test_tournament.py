@@ -171,7 +171,7 @@ def test_lineage_records_parent_and_hyperparameter_changes(pendulum_run):
             continue
         parent = board.get(entry.parent_id)
         assert entry.generation == parent.generation + 1
-        assert entry.env_steps >= parent.env_steps + 5_000
+        assert entry.global_step >= parent.global_step + 5_000
         for name, (old, new) in entry.changes.items():
             assert parent.hparams[name] == pytest.approx(old) and entry.hparams[name] == pytest.approx(new)
     best = board.top(1)[0]
@@ -549,8 +549,8 @@ def test_a_leading_pod_trains_on_unchanged_and_a_lagging_one_copies_and_mutates(
     pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))
     agent = pod.start_agent(random.Random(1), seed=1)[0]
     hp = {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}
-    best = pod.board.submit(agent, -200.0, hparams=hp, env_steps=4096)
-    worse = pod.board.submit(agent, -900.0, hparams=hp, env_steps=4096)
+    best = pod.board.submit(agent, -200.0, hparams=hp, global_step=4096)
+    worse = pod.board.submit(agent, -900.0, hparams=hp, global_step=4096)
     pod.last = best  # leads the board: PBT leaves it alone
     for s in range(5):
         _, parent, hparams, changes = pod.start_agent(random.Random(s), seed=s, ticket=9)
@@ -570,9 +570,9 @@ def test_a_pod_within_evaluation_noise_of_the_leader_does_not_copy_it(tmp_path):
     pod = Pod(PodSpec(str(tmp_path), 0, t.config, make_small_env, make_small_eval_env))  # 4 eval episodes
     agent = pod.start_agent(random.Random(1), seed=1)[0]
     hp = {k: getattr(agent.config, k) for k in mutable_bounds(agent.config)}
-    pod.board.submit(agent, -1200.0, score_std=300.0, hparams=hp, env_steps=4096)
-    noisy = pod.board.submit(agent, -1300.0, score_std=300.0, hparams=hp, env_steps=4096)
-    clear = pod.board.submit(agent, -1900.0, score_std=300.0, hparams=hp, env_steps=4096)
+    pod.board.submit(agent, -1200.0, score_std=300.0, hparams=hp, global_step=4096)
+    noisy = pod.board.submit(agent, -1300.0, score_std=300.0, hparams=hp, global_step=4096)
+    clear = pod.board.submit(agent, -1900.0, score_std=300.0, hparams=hp, global_step=4096)
     pod.last = noisy  # 100 behind, standard error sqrt(2 x 300² / 4) = 212: noise, it trains on
     assert all(pod.start_agent(random.Random(s), seed=s, ticket=9)[1:] == (noisy, hp, {}) for s in range(4))
     pod.last = clear  # 700 behind: beyond 2 standard errors, it copies and mutates
@@ -743,7 +743,7 @@ def test_selection_draws_only_the_front_of_each_lineage():
 
     def entry(i, score, parent=None):
         return Entry(id=i, parent_id=parent, generation=0 if parent is None else 1, pod=0, agent="ppo", hparams={},
-                     changes={}, env_steps=0, wall_time=0.0, score=score, score_std=None, checkpoint="", checksum="",
+                     changes={}, global_step=0, wall_time=0.0, score=score, score_std=None, checkpoint="", checksum="",
                      created_at=0.0, corrupt=False, ticket=None)
 
     # 1 -> 3 -> 5, each child better; 2 -> 4 worse. The two best scores (-80, -90) are 5 and its
@@ -767,7 +767,7 @@ def test_a_diverged_entry_is_no_parent_and_does_not_flatten_the_draw():
     from podracer.tournament.selection import select_parent
 
     def entry(i, score):
-        return Entry(id=i, parent_id=None, generation=0, pod=0, agent="ppo", hparams={}, changes={}, env_steps=0,
+        return Entry(id=i, parent_id=None, generation=0, pod=0, agent="ppo", hparams={}, changes={}, global_step=0,
                      wall_time=0.0, score=score, score_std=None, checkpoint="", checksum="", created_at=0.0,
                      corrupt=False, ticket=None)
 

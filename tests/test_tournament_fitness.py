@@ -154,7 +154,7 @@ def test_a_store_written_before_window_scores_opens_read_only_and_migrated(tmp_p
         db.executescript(OLD_ENTRIES)
         db.executescript(SCHEMA)  # the other tables; entries exists already, without the new columns
     (old,) = Leaderboard(tmp_path, read_only=True).entries()  # not migrated: the columns are absent
-    assert (old.score, old.window_scores, old.returns) == (-5.0, None, None)
+    assert (old.score, old.global_step, old.window_scores, old.returns) == (-5.0, 10, None, None)
     board = Leaderboard(tmp_path)  # writable: the columns are added, empty in the old rows
     assert board.get(old.id) == old and board.validation_returns().empty
     new = board._insert("checkpoints/y.pt", "def", 1.0, agent_name="ppo", window_scores=[0.1, float("nan")],

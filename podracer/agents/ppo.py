@@ -50,6 +50,7 @@ from torch import nn
 
 from podracer.agents.common import (AgentBase, RunningMeanStd, action_bounds, check_config, make_adam, mlp,
                                     require_space, restore_generator)
+from podracer.deprecation import deprecated_alias, module_getattr
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))  # log √(2π), as torch.distributions.Normal writes it
@@ -106,13 +107,16 @@ class PPOConfig:
             return self.num_steps
         return max(math.ceil(2048 / num_envs), 16)
 
-    def batch_size(self, num_envs: int) -> int:
+    def rollout_size(self, num_envs: int) -> int:
         """Samples per rollout: T * N."""
         return self.rollout_steps(num_envs) * num_envs
 
+    # "batch_size" is the minibatch in SB3's PPO and our off-policy agents (minibatch_size here).
+    batch_size = deprecated_alias("rollout_size")
+
     def minibatch_size(self, num_envs: int) -> int:
         """Samples per gradient step: T * N // num_minibatches (the remainder is dropped each epoch)."""
-        return max(self.batch_size(num_envs) // self.num_minibatches, 1)
+        return max(self.rollout_size(num_envs) // self.num_minibatches, 1)
 
 
 # ---------------------------------------------------------------------------- networks
@@ -255,9 +259,10 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 
 def entropy_loss(entropy: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """L^H = -E[H]: minimising it (with weight c₂ >= 0) rewards exploration. Input (B,)."""
+    """L^H = -E[H]: minimising it (with weight c₂ >= 0) rewards exploration. Input (B,). Logged as
+    ``charts/entropy``, +E[H], the policy's entropy as SAC logs it."""
     loss = -entropy.mean()
-    return loss, {"loss/entropy": loss.detach()}
+    return loss, {"charts/entropy": -loss.detach()}
 
 
 # ---------------------------------------------------------------------------- update
@@ -392,7 +397,7 @@ class PPO(AgentBase):
 
     def steps_per_train_step(self, num_envs: int) -> int:
         """Env steps one ``train_step`` collects on ``num_envs`` sub-envs: T * N."""
-        return self.config.batch_size(num_envs)
+        return self.config.rollout_size(num_envs)
 
     def _current_lr(self) -> float:
         """α, decayed linearly to ``anneal_floor`` x α at ``anneal_steps`` when that is set, else over
@@ -420,9 +425,9 @@ class PPO(AgentBase):
             # One sample has no standard deviation: the standardised advantage would be NaN, and
             # so would every weight after the first update.
             raise ValueError(f"PPO minibatches would hold {cfg.minibatch_size(num_envs)} sample (num_steps "
-                             f"{cfg.rollout_steps(num_envs)} x num_envs {num_envs} = {cfg.batch_size(num_envs)} "
+                             f"{cfg.rollout_steps(num_envs)} x num_envs {num_envs} = {cfg.rollout_size(num_envs)} "
                              f"samples in num_minibatches={cfg.num_minibatches}); use num_minibatches <= "
-                             f"{max(cfg.batch_size(num_envs) // 2, 1)}, or more num_steps or sub-envs")
+                             f"{max(cfg.rollout_size(num_envs) // 2, 1)}, or more num_steps or sub-envs")
         if self.buffer is None or self.buffer.num_envs != num_envs:
             self.buffer = RolloutBuffer(cfg.rollout_steps(num_envs), num_envs, self.obs_dim, self.action_shape,
                                         self.action_dtype, self.device)
@@ -544,13 +549,7 @@ class PPO(AgentBase):
         self._apply_lr()
 
 
-def __getattr__(name: str) -> Any:
-    """``Batch``, this module's name for ``Rollout`` before 1.1, with a FutureWarning until 1.2."""
-    if name == "Batch":
-        warnings.warn("podracer.agents.ppo.Batch is renamed 'Rollout' (replay.Batch is the replay minibatch); "
-                      "the old name will be removed in podracer 1.2", FutureWarning, stacklevel=2)
-        return Rollout
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = module_getattr(__name__)  # ``Batch``, the name of ``Rollout`` before 1.1 (podracer.deprecation)
 
 
 __all__ = ["PPO", "PPOConfig", "ActorCritic", "RolloutBuffer", "Rollout", "compute_gae", "gaussian_log_prob",

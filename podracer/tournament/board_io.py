@@ -14,6 +14,7 @@ import pandas as pd
 
 from podracer import checkpoints
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
+from podracer.deprecation import renamed_argument
 from podracer.tournament.entries import Entries
 from podracer.tournament.schema import Entry
 from podracer.tournament.storage import (DIRECT_BYTES, DIRECT_KEY, STORAGE_KEY, DirectCheckpoints, Storage,
@@ -27,9 +28,10 @@ EXPORT_SUFFIXES = (".csv", ".parquet", ".pq")  # what Leaderboard.export writes,
 class BoardIO(Entries):
     """Checkpoints in and out of a board, verification, export (see ``Leaderboard``)."""
 
+    @renamed_argument("Leaderboard.submit.env_steps")
     def submit(self, agent: Any, score: float, *, parent_id: int | None = None, generation: int = 0, pod: int = 0,
                agent_name: str | None = None, hparams: dict[str, Any] | None = None,
-               changes: dict[str, list[Any]] | None = None, env_steps: int = 0, wall_time: float = 0.0,
+               changes: dict[str, list[Any]] | None = None, global_step: int = 0, wall_time: float = 0.0,
                score_std: float | None = None, ticket: int | None = None,
                window_scores: Sequence[float] | None = None, returns: Sequence[float] | None = None) -> Entry:
         """Write ``agent``'s checkpoint (an agent or a ``checkpoint()`` dict), then insert its row.
@@ -48,12 +50,13 @@ class BoardIO(Entries):
         try:
             return self._insert(rel, checksum, score, agent_name=agent_name or ckpt["agent"], parent_id=parent_id,
                                 generation=generation, pod=pod, hparams=hparams, changes=changes,
-                                env_steps=env_steps, wall_time=wall_time, score_std=score_std, ticket=ticket,
+                                global_step=global_step, wall_time=wall_time, score_std=score_std, ticket=ticket,
                                 window_scores=window_scores, returns=returns)
         except BaseException:
             (self.store / rel).unlink(missing_ok=True)
             raise
 
+    @renamed_argument("Leaderboard.record.env_steps")
     def record(self, checkpoint: str, checksum: str, size: int, score: float, *, agent_name: str,
                **fields: Any) -> Entry:
         """Insert the row of a checkpoint that a pod wrote to the board's storage itself (one of

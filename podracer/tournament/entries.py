@@ -22,15 +22,16 @@ class Entries(BoardFile):
 
     def _insert(self, rel: str, checksum: str, score: float, *, agent_name: str, parent_id: int | None = None,
                 generation: int = 0, pod: int = 0, hparams: dict[str, Any] | None = None,
-                changes: dict[str, list[Any]] | None = None, env_steps: int = 0, wall_time: float = 0.0,
+                changes: dict[str, list[Any]] | None = None, global_step: int = 0, wall_time: float = 0.0,
                 score_std: float | None = None, ticket: int | None = None,
                 window_scores: Sequence[float] | None = None, returns: Sequence[float] | None = None) -> Entry:
         """Insert the row of the checkpoint at ``rel`` (written already), consuming ``ticket``."""
         row = dict(parent_id=parent_id, generation=generation, pod=pod, agent=agent_name,
-                   hparams=json.dumps(hparams or {}), changes=json.dumps(changes or {}), env_steps=int(env_steps),
+                   hparams=json.dumps(hparams or {}), changes=json.dumps(changes or {}), global_step=int(global_step),
                    wall_time=float(wall_time), score=float(score), score_std=score_std, checkpoint=rel,
                    checksum=checksum, created_at=time.time(), ticket=ticket,
                    window_scores=_json_floats(window_scores, "window_scores"), returns=_json_floats(returns, "returns"))
+        row = {schema.ENTRY_COLUMN_NAMES.get(k, k): v for k, v in row.items()}  # field -> its column
         if math.isnan(row["score"]):
             row["score"] = -math.inf  # NaN would sort nowhere; a diverged agent ranks last
         with self._transaction() as db:

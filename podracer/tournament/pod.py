@@ -41,6 +41,7 @@ import torch
 from podracer.agents.common import mutable_bounds
 from podracer.agents.registry import make_agent, resolve_agent
 from podracer.checkpoints import CheckpointError
+from podracer.deprecation import deprecated_alias
 from podracer.train import iterate_training, seed_everything
 from podracer.tournament.config import TournamentConfig
 from podracer.tournament.fitness import make_fitness, paired_difference
@@ -91,7 +92,7 @@ class TensorBoardLog:
     """A pod's TensorBoard event files in ``log_dir``: every training row of its generations and,
     per generation, its result (``tournament/score``, ...) and hyperparameters (``hp/...``). The
     steps are the pod's own env steps, so each pod's curves run forward even when it switches
-    lineage (an entry's ``env_steps`` counts along its lineage instead)."""
+    lineage (an entry's ``global_step`` counts along its lineage instead)."""
 
     def __init__(self, log_dir: str | Path):
         from torch.utils.tensorboard import SummaryWriter  # slow to import: only when asked for
@@ -108,6 +109,8 @@ class TensorBoardLog:
 
 
 class Pod:
+    steps = deprecated_alias("pod_steps")
+
     def __init__(self, spec: PodSpec):
         self.spec, self.config = spec, spec.config
         self.board = spec.open_board()
@@ -117,7 +120,7 @@ class Pod:
         self.fitness = make_fitness(self.config.fitness, self.eval_env)  # "auto": the eval env's task's default
         self.last: Entry | None = None  # this pod's latest submission (see ``keep_top``)
         self.reporter = spec.open_reporter()
-        self.steps = 0  # env steps this pod trained, over all its generations: its metrics' x axis
+        self.pod_steps = 0  # env steps this pod trained, over all its generations: its metrics' x axis
 
     def start_agent(self, rng: random.Random, seed: int, ticket: int = FIRST_TICKET
                     ) -> tuple[Any, Entry | None, dict[str, Any], dict[str, list]]:
@@ -205,7 +208,7 @@ class Pod:
         scalars: list[Scalar] = []
         for row in iterate_training(agent, self.env, self.config.generation_steps, seed=seed):
             steps = int(row["global_step"]) - first  # this generation's; may overshoot by part of one train_step
-            scalars += [(k, v, self.steps + steps) for k, v in row.items() if k != "global_step"]
+            scalars += [(k, v, self.pod_steps + steps) for k, v in row.items() if k != "global_step"]
         train_s = time.perf_counter() - start
         result = self.fitness(agent, self.eval_env, seed=self.config.eval_seed)
         self.last = self.board.submit(
@@ -213,10 +216,10 @@ class Pod:
             returns=result.returns, ticket=ticket,
             parent_id=parent.id if parent else None, generation=parent.generation + 1 if parent else 0,
             pod=self.spec.pod_id, agent_name=self.config.agent, hparams=hparams, changes=changes,
-            env_steps=(parent.env_steps if parent else 0) + steps,
+            global_step=(parent.global_step if parent else 0) + steps,
             wall_time=time.perf_counter() - start)
-        self.steps += steps
-        self.report(scalars + generation_scalars(self.last, steps, train_s, self.steps))
+        self.pod_steps += steps
+        self.report(scalars + generation_scalars(self.last, steps, train_s, self.pod_steps))
         return self.last
 
     def report(self, scalars: list[Scalar]) -> None:
@@ -263,7 +266,7 @@ def generation_scalars(entry: Entry, steps: int, train_s: float, pod_steps: int)
     """One generation's result as metrics at the pod's step count ``pod_steps``: ``tournament/...``
     (the names reporters look up) and the entry's hyperparameters as ``hp/<name>``."""
     values = {"tournament/score": entry.score, "tournament/generation": entry.generation,
-              "tournament/env_steps": entry.env_steps, "tournament/steps": steps,
+              "tournament/global_step": entry.global_step, "tournament/generation_steps": steps,
               "tournament/steps_per_second": steps / max(train_s, 1e-9), "tournament/wall_time": entry.wall_time,
               **{f"hp/{k}": v for k, v in entry.hparams.items() if isinstance(v, (int, float))}}
     if entry.score_std is not None:

@@ -51,7 +51,7 @@ class Progress:
         frame = self.board.to_frame()
         if not len(frame):
             return
-        table = frame[["score", "generation", "parent_id", "pod", "env_steps", "changes"]].head(5)
+        table = frame[["score", "generation", "parent_id", "pod", "global_step", "changes"]].head(5)
         t = (frame["created_at"] - frame["created_at"].min()).dt.total_seconds()
         fig, ax = plt.subplots(figsize=(5, 2.6))
         ax.scatter(t, frame["score"], c=frame["pod"], cmap="tab10", s=14)

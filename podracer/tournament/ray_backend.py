@@ -79,6 +79,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, NodeL
 
 from podracer import checkpoints
 from podracer.checkpoints import CheckpointError, CheckpointMissingError
+from podracer.deprecation import module_getattr
 from podracer.logs import announce
 from podracer.tournament.config import RAY_CLIENT_REFUSED, TournamentConfig
 from podracer.tournament.leaderboard import Entry, Leaderboard
@@ -101,9 +102,9 @@ NODE_LOST, NEVER_STARTED = "node lost", "never started"  # RayBackend.fault: dea
 
 
 # ---------------------------------------------------------------------------- checkpoints as bytes
-# The byte halves of checkpoints.write and checkpoints.read (which take paths); they belong there
-# as checkpoints.dumps / checkpoints.loads, and these two should become those calls.
-checkpoint_bytes = checkpoints.dumps  # (bytes, sha256) of a checkpoint, exactly as written to disk
+# ``checkpoint_bytes``, once this module's alias of checkpoints.dumps, is a deprecated name (the
+# table in podracer.deprecation): the board method ``checkpoint_bytes(entry)`` is the one of that name.
+__getattr__ = module_getattr(__name__)
 
 
 def verified_checkpoint(data: bytes, checksum: str, source: str, device: str = "cpu") -> dict[str, Any]:
@@ -214,7 +215,7 @@ class RemoteLeaderboard:
     def submit(self, agent: Any, score: float, **fields: Any) -> Entry:
         """As ``Leaderboard.submit``; the checkpoint goes to the server as bytes with their sha256."""
         ckpt = agent if isinstance(agent, dict) else agent.checkpoint()
-        data, checksum = checkpoint_bytes(ckpt)
+        data, checksum = checkpoints.dumps(ckpt)
         rel = self._direct().write(data, fields.get("generation", 0), fields.get("pod", 0))
         if rel is not None:  # a big one, written to storage by this pod: the head only records its row
             fields["agent_name"] = fields.get("agent_name") or ckpt["agent"]
@@ -295,7 +296,7 @@ class RayReporter:
         self.gauges = {name: Gauge(f"podracer_pod_{name}", description=text, tag_keys=keys)
                        for name, text in self.GAUGES.items()}
         self.generations = Counter("podracer_pod_generations", description="generations submitted", tag_keys=keys)
-        self.env_steps = Counter("podracer_pod_env_steps", description="env steps trained", tag_keys=keys)
+        self.pod_steps = Counter("podracer_pod_steps", description="env steps the pod trained", tag_keys=keys)
         self.pod_id = pod_id
         self.board = RemoteLeaderboard(server) if tensorboard else None
 
@@ -304,8 +305,8 @@ class RayReporter:
         for name, gauge in self.gauges.items():
             gauge.set(latest[f"tournament/{name}"], tags=self.tags)
         self.generations.inc(1.0, tags=self.tags)
-        if latest["tournament/steps"] > 0:
-            self.env_steps.inc(latest["tournament/steps"], tags=self.tags)
+        if latest["tournament/generation_steps"] > 0:
+            self.pod_steps.inc(latest["tournament/generation_steps"], tags=self.tags)
         if self.board is not None:
             self.board.log_scalars(self.pod_id, scalars)
 

@@ -18,6 +18,8 @@ from typing import Any, Iterator
 
 import pandas as pd
 
+from podracer.deprecation import deprecated_alias
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -27,7 +29,7 @@ CREATE TABLE IF NOT EXISTS entries (
     agent      TEXT    NOT NULL,            -- registry name or "module:Class"
     hparams    TEXT    NOT NULL,            -- JSON {name: value} of the mutable hyperparameters
     changes    TEXT    NOT NULL,            -- JSON {name: [parent value, new value]}
-    env_steps  INTEGER NOT NULL,            -- env steps trained along the whole lineage
+    env_steps  INTEGER NOT NULL,            -- Entry.global_step: env steps trained along the whole lineage
     wall_time  REAL    NOT NULL,            -- seconds this generation took (train + evaluate)
     score      REAL    NOT NULL,            -- validation return (deterministic policy)
     score_std  REAL,
@@ -62,6 +64,11 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 POD_COLUMNS = ("pid", "status", "started_at", "ended_at", "exitcode", "error", "host", "node")
 POD_COLUMNS_ADDED = ("host", "node")  # since 1.0: added to older stores when opened
 ENTRY_COLUMNS_ADDED = ("window_scores", "returns")  # since the fitness setting: added to older stores when opened
+# Entry fields stored under another column name: {field: column}. ``global_step`` keeps its 1.1
+# column rather than being renamed in the file: a store read-only (a snapshot), or opened by a pod
+# or reader of an older version beside this one, reads and writes it unchanged, and no migration
+# can go half-way.
+ENTRY_COLUMN_NAMES = {"global_step": "env_steps"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +82,7 @@ class Entry:
     agent: str
     hparams: dict[str, Any]
     changes: dict[str, list[Any]]
-    env_steps: int
+    global_step: int  # env steps trained along the whole lineage, ancestors included (the agent's global_step)
     wall_time: float
     score: float
     score_std: float | None
@@ -89,9 +96,13 @@ class Entry:
     window_scores: tuple[float, ...] | None = None
     returns: tuple[float, ...] | None = dataclasses.field(default=None, repr=False)
 
+    env_steps = deprecated_alias("global_step")
+
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> "Entry":
         d = dict(row)
+        for field, column in ENTRY_COLUMN_NAMES.items():
+            d[field] = d.pop(column)
         d["hparams"], d["changes"] = json.loads(d["hparams"]), json.loads(d["changes"])
         d["corrupt"] = bool(d["corrupt"])
         for column in ENTRY_COLUMNS_ADDED:  # absent from an old store opened read-only (not migrated)

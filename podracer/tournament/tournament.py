@@ -20,6 +20,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
+import torch
+
 from podracer.agents.common import make_config
 from podracer.agents.registry import agent_name, resolve_agent
 from podracer.checkpoints import CheckpointError
@@ -27,7 +30,8 @@ from podracer.agents.registry import get_preset
 from podracer.tournament.backends import check_backend, check_not_spawning, make_backend
 from podracer.tournament.config import (TournamentConfig, callable_spec, check_picklable, check_trusted,
                                         resolve_callable)
-from podracer.tournament.ensemble import Ensemble
+from podracer.tournament.ensemble import (COMBINE, DIVERSITY, SELECT, Ensemble, action_similarity, check_choice,
+                                          returns_similarity, score_weights, select_diverse)
 from podracer.tournament.leaderboard import Leaderboard
 from podracer.tournament.pod import PodSpec
 from podracer.tournament.progress import Progress
@@ -369,19 +373,79 @@ class Tournament:
         """The agent of the best entry whose checkpoint verifies (corrupt ones are skipped)."""
         return self.ensemble(1, device).agents[0]
 
-    def ensemble(self, k: int = 5, device: str | None = None) -> Ensemble:
-        """A policy combining the ``k`` best verified agents (mean action, or majority vote)."""
-        agents = []
-        for entry in self.board.top(len(self.board)):
+    def ensemble(self, k: int = 5, device: str | None = None, *, select: str = "top", combine: str = "auto",
+                 penalty: float = 1.0, pool: int | None = None, diversity: str = "auto", obs: Any = None,
+                 weighting: str = "softmax", temperature: float = 1.0) -> Ensemble:
+        """A policy combining ``k`` verified agents of the board (see ``ensemble.py``).
+
+        ``select="top"`` (default): the ``k`` best by score. ``"diverse"``: from the best ``pool``
+        entries (default ``3 * k``), greedily the best score less ``penalty`` (in units of the
+        candidates' score spread) times the mean similarity to those chosen; the similarity is the
+        correlation of the entries' stored validation returns (``diversity="returns"``) or how alike
+        their deterministic actions are on ``obs`` (``"actions"``; default: observations of the
+        best candidate's run on ``make_eval_env``); ``"auto"`` uses returns when every candidate kept them.
+        ``combine``: ``"auto"`` (mean action, or majority vote), ``"mean"``, ``"median"``, ``"vote"``,
+        or ``"weighted"`` by ``score_weights(scores, weighting, temperature)``.
+        """
+        check_choice("select", select, SELECT)
+        check_choice("combine", combine, COMBINE)
+        check_choice("diversity", diversity, DIVERSITY)
+        if not (isinstance(k, int) and k >= 1):
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if select == "top":
+            entries, agents = self._verified(self.board.top(len(self.board)), device, k)
+        else:
+            entries, agents = self._diverse(k, device, penalty, pool, diversity, obs)
+        if not agents:
+            raise RuntimeError(f"no usable entry on the leaderboard at {self.store}; run() the tournament first")
+        weights = score_weights([e.score for e in entries], weighting, temperature) if combine == "weighted" else None
+        return Ensemble(agents, combine=combine, weights=weights, entries=[e.id for e in entries])
+
+    def _verified(self, entries: Iterable[Any], device: str | None, k: int | None = None) -> tuple[list, list]:
+        """The first ``k`` (default all) of ``entries`` whose checkpoints load, and their agents."""
+        kept, agents = [], []
+        for entry in entries:
             try:
                 agents.append(self.board.load_agent(entry, device))
             except CheckpointError:
                 continue  # already flagged and warned by the board
+            kept.append(entry)
             if len(agents) == k:
                 break
+        return kept, agents
+
+    def _diverse(self, k: int, device: str | None, penalty: float, pool: int | None, diversity: str,
+                 obs: Any) -> tuple[list, list]:
+        if pool is not None and not (isinstance(pool, int) and pool >= k):
+            raise ValueError(f"pool must be an integer >= k={k} (the candidates to choose from), got {pool!r}")
+        entries, agents = self._verified(self.board.top(pool or 3 * k), device)
         if not agents:
-            raise RuntimeError(f"no usable entry on the leaderboard at {self.store}; run() the tournament first")
-        return Ensemble(agents)
+            return entries, agents
+        kept = [e.returns for e in entries]
+        has_returns = all(r is not None for r in kept) and len({len(r) for r in kept}) == 1
+        if diversity == "returns" and not has_returns:
+            raise ValueError("diversity='returns' needs every candidate's validation returns on one split, and some "
+                             "entries kept none (a fitness without returns, or an older store); use "
+                             "diversity='actions' or 'auto'")
+        if diversity == "returns" or (diversity == "auto" and has_returns):
+            similarity = returns_similarity(np.array(kept, dtype=float).T)
+        else:
+            if obs is None:
+                obs = self._observations(agents[0])
+            similarity = action_similarity(agents, obs)
+        chosen = select_diverse([e.score for e in entries], similarity, k, penalty)
+        return [entries[i] for i in chosen], [agents[i] for i in chosen]
+
+    def _observations(self, agent: Any, steps: int = 32) -> Any:
+        """Observations of ``agent``'s deterministic run on a fresh validation env (``steps`` steps of
+        every sub-env, stacked): the states where the candidates' actions are compared."""
+        env = self.make_eval_env()
+        obs, _ = env.reset(seed=self.config.seed)
+        seen = [obs]
+        for _ in range(steps - 1):
+            obs, *_ = env.step(agent.act(obs.to(agent.device), deterministic=True))
+            seen.append(obs)
+        return torch.cat(seen).to(agent.device)
 
 
 @dataclasses.dataclass
