@@ -92,7 +92,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_configure(config: pytest.Config) -> None:
     # nbmake executes the notebooks with nbclient, whose stand-in for the Output widget (lessons 07
-    # and 07 draw into one) could leave a cell waiting out its whole timeout, 1,800 s here, for a reply
+    # and 08 draw into one) could leave a cell waiting out its whole timeout, 1,800 s here, for a reply
     # that had already come in (jupyter/nbclient#312); podracer.course.notebook_client sends that
     # widget's messages the way that cannot stall, and the same send is used for nbmake's runs.
     try:
