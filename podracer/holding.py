@@ -26,6 +26,7 @@ import pandas as pd
 
 from podracer.agents import get_preset, make_agent
 from podracer.envs import make_env
+from podracer.to_target import check_seeds
 from podracer.train import seed_everything, train
 
 
@@ -182,9 +183,7 @@ def check_hold(agent: str, task: str, target: float, margin: float, seeds: Seque
     ``total_steps``, once per seed and sub-env count (the preset's ``num_envs`` times each of
     ``env_scales``), evaluating ``evals_per_budget`` times per budget (deterministic policy,
     ``eval_envs`` episodes from the same seed every time). ``config`` overrides preset fields."""
-    seeds = [int(s) for s in seeds]
-    if len(seeds) < 1 or len(set(seeds)) < len(seeds):
-        raise ValueError(f"seeds must be distinct whole numbers, e.g. range(5), got {seeds!r}")
+    seeds = check_seeds(seeds)
     if isinstance(budget_factor, bool) or not isinstance(budget_factor, numbers.Integral) or budget_factor < 1:
         raise ValueError(f"budget_factor must be a whole number >= 1, got {budget_factor!r}")
     preset = get_preset(agent, task)

@@ -116,11 +116,7 @@ def seeds_to_target(agent: str, task: str, target: float, seeds: Sequence[int] =
     evaluation env of ``eval_envs`` sub-envs (``eval_envs`` episodes from the same seed every
     time), and training seeded with ``seed``. ``total_steps=None``: the preset's budget."""
     target = _check_target(target)
-    seeds = list(seeds)
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of whole numbers, e.g. [0, 1, 2], got {seeds!r}")
-    if len(set(seeds)) < len(seeds):
-        raise ValueError(f"seeds {seeds} repeat a seed: the same seed is the same run, not another sample")
+    seeds = check_seeds(seeds)
     resolve_agent(agent)  # an unknown name is an error that lists the agents
     try:
         preset = get_preset(agent, task)
@@ -138,6 +134,16 @@ def seeds_to_target(agent: str, task: str, target: float, seeds: Sequence[int] =
         runs.append(train_to_target(learner, env, make_env(task, num_envs=eval_envs, device=device), target,
                                     total_steps, eval_every, seed=int(seed)))
     return TargetSummary(agent=agent, task=task, target=target, runs=runs)
+
+
+def check_seeds(seeds: Sequence[int]) -> list[int]:
+    """``seeds`` as a list of distinct whole numbers, or a ValueError naming what is wrong."""
+    seeds = list(seeds)
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of whole numbers, e.g. [0, 1, 2], got {seeds!r}")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds {seeds} repeat a seed: the same seed is the same run, not another sample")
+    return [int(s) for s in seeds]
 
 
 def _check_target(target: Any) -> float:
