@@ -52,6 +52,7 @@ from scipy import stats
 
 from finance.data.checks import check_int
 from finance.overfitting import expected_max_sharpe
+from podracer.tournament.fitness import paired_difference
 
 SCORES = ("mean", "sharpe", "sharpe_lcb", "psr", "dsr")
 """The scores a validation scheme can rank candidates by."""
@@ -244,9 +245,7 @@ class Selection:
     def difference(self, a: int, b: int) -> tuple[float, float]:
         """Mean score difference of candidate ``a`` over ``b`` and its standard error from the paired
         per-window differences (NaN with one window: the scheme has no noise estimate)."""
-        d = self.window_scores[:, a] - self.window_scores[:, b]
-        se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-        return float(d.mean()), se
+        return paired_difference(self.window_scores[:, a].tolist(), self.window_scores[:, b].tolist())
 
     def separated(self, a: int, b: int, z: float = 2.0) -> bool:
         """Whether ``a`` beats ``b`` by more than ``z`` standard errors of the paired difference
