@@ -267,11 +267,8 @@ def restoring_fraction(cash: torch.Tensor, holdings: torch.Tensor, prices: torch
         gross = torch.linalg.vecdot(size - shares, prices)
         return equity - scaling - fixed >= maintenance * gross
 
-    low, high = torch.zeros_like(cash), torch.ones_like(cash)
-    for _ in range(BISECTION_STEPS):  # the smallest k that restores: restored(high) holds or high is 1
-        mid = 0.5 * (low + high)
-        fits = restored(mid)
-        low, high = torch.where(fits, low, mid), torch.where(fits, mid, high)
+    # the smallest k that restores: restored(high) holds or high is 1
+    _, high = _bisect(lambda k: ~restored(k), torch.zeros_like(cash), torch.ones_like(cash))
     k = torch.where(restored(torch.zeros_like(cash)), 0.0, high)
     k = torch.where(restored(k), k, 1.0)
     return -torch.sign(holdings) * cut(k)
@@ -363,9 +360,16 @@ def _largest_fill(need: Callable[[torch.Tensor], torch.Tensor], paid: torch.Tens
     """(N,) the largest ``f`` in [low, 1] with ``need(f) <= paid`` where ``limited``, by bisection.
     ``need`` increases with ``f`` (costs and exposure grow with the order) and ``need(low) <= paid``
     (the proportional budget of a convex cost), so the bracket always holds a feasible end."""
-    high = torch.ones_like(low)
+    low, _ = _bisect(lambda f: need(f) <= paid, low, torch.ones_like(low))
+    return torch.where(limited, low, 1.0)
+
+
+def _bisect(below: Callable[[torch.Tensor], torch.Tensor], low: torch.Tensor, high: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(low, high) after ``BISECTION_STEPS`` halvings of [low, high] (per account) around the point
+    where the monotone ``below`` turns from True (at and under it) to False."""
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (low + high)
-        fits = need(mid) <= paid
+        fits = below(mid)
         low, high = torch.where(fits, mid, low), torch.where(fits, high, mid)
-    return torch.where(limited, low, 1.0)
+    return low, high
