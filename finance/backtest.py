@@ -299,9 +299,9 @@ class BacktestResult:
         centred on 0 when a weight is negative: a short position).
 
         Built without pyplot (no global figure state). In a Jupyter kernel it shows once, whatever
-        the cell ends with (``finance.widgets.NotebookFigure``); elsewhere ``fig.savefig(path)``.
+        the cell ends with (``finance.notebook_figure.NotebookFigure``); elsewhere ``fig.savefig(path)``.
         """
-        from finance.widgets import NotebookFigure
+        from finance.notebook_figure import NotebookFigure
 
         others = list(self.baselines.values()) if baselines else []
         has_pos = self.positions is not None and self.close is not None

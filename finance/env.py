@@ -141,7 +141,7 @@ from finance.costs import CostModel, Proportional, as_cost_model
 from finance.data.checks import ADJUSTMENT, _show_date, check_dates, check_int, check_number, check_prices
 from finance.execution import (Financing, Margin, execute, execute_orders, margin_call, restoring_fraction,
                                round_to_tick)
-from podracer.agents.common import deprecated_alias
+from podracer.deprecation import deprecated_alias
 from podracer.envs import TensorVecEnv
 
 ArrayLike = pd.DataFrame | pd.Series | np.ndarray | torch.Tensor

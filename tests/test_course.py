@@ -163,15 +163,49 @@ COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_every_lesson_opens_on_colab(path):
     """A badge in the title cell that opens the lesson on Colab, and course.COLAB_CELL as the first code
-    cell (with the extras the lesson needs beyond [finance]: cluster for 11, locomotion for 12)."""
+    cell (the course's default extras, notebooks/source/hosted.yaml, and those the lesson adds: cluster
+    for 12, locomotion for 13)."""
     match = COLAB_BADGE.search("".join(cells(path)[0]["source"]))
     assert match, f"{path.name}: the title cell needs a Colab badge linking .../blob/main/notebooks/{path.name}"
     assert match.group(1) == path.name, f"{path.name}: its Colab badge opens {match.group(1)}"
     first = code(path)[0]
     extras = re.search(r'"podracer-rl\[([a-z,]+)\]"', first)
-    assert extras and "finance" in extras.group(1).split(","), f"{path.name}: the first code cell should be COLAB_CELL"
+    default = course.default_extras().split(",")
+    assert extras and set(default) <= set(extras.group(1).split(",")), (
+        f"{path.name}: the first code cell should be COLAB_CELL, installing at least podracer-rl[{','.join(default)}]")
     assert first == course.colab_cell(extras.group(1)), (
         f"{path.name}: the first code cell should be course.COLAB_CELL (podracer.course.add_colab_cell inserts it)")
+
+
+def test_the_install_extras_are_the_course_s_data_not_its_code(tmp_path, monkeypatch):
+    """podracer.course is a tool over the domains (docs/architecture.md): the extras its Colab cell
+    installs by default come from notebooks/source/hosted.yaml, and it names no domain in its code."""
+    import tokenize
+    import tomllib
+
+    from podracer.course import release
+
+    assert course.default_extras() == release.hosted_settings()["extras"]
+    settings = tmp_path / "hosted.yaml"
+    settings.write_text("repository: uni/rl\nref: main\ninstall: podracer-rl\nextras: cluster\n")
+    monkeypatch.setattr(release, "HOSTED", settings)
+    assert course.install_requirement() == course.COLAB_PIP == "podracer-rl[cluster]"
+    assert '"podracer-rl[cluster]"' in course.COLAB_CELL and course.colab_cell("notebooks") != course.COLAB_CELL
+    settings.write_text("repository: uni/rl\nref: main\ninstall: podracer-rl\nextras: '[x]'\n")
+    with pytest.raises(ValueError, match="extras must name the package's optional dependencies"):
+        course.default_extras()
+    monkeypatch.setattr(release, "HOSTED", tmp_path / "missing.yaml")
+    with pytest.raises(FileNotFoundError, match="pass extras= and install= explicitly"):
+        course.colab_cell()
+    assert course.install_requirement("cluster") == "podracer-rl[cluster]"  # explicit extras need no settings
+    project = tomllib.loads((NOTEBOOKS.parent / "pyproject.toml").read_text())["project"]
+    domains = set(project["entry-points"]["podracer.domains"])  # finance, locomotion
+    assert domains
+    for path in sorted(Path(course.__file__).parent.glob("*.py")):
+        with path.open("rb") as f:
+            named = [t for t in tokenize.tokenize(f.readline) if t.type in (tokenize.NAME, tokenize.STRING)
+                     and any(d in t.string for d in domains)]
+        assert not named, f"{path.name} names a domain at line {named[0].start[0]}: {named[0].string[:80]}"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)

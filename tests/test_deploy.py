@@ -1,10 +1,9 @@
-"""The deployment templates in podracer/deploy/ hang together. No Docker, cloud or Kubernetes here, so
+"""The deployment templates in docs/deploy/ hang together. No Docker, cloud or Kubernetes here, so
 this checks their structure: the Dockerfile's bases, installs, COPY sources and entry command; the
 launcher config against the installed Ray's own schema; the RayCluster's fields; one Ray version
 (the pin in constraints.txt) and one image everywhere; the documented commands parse with today's
-CLI and write the store where the head keeps it; and the files ship in the wheel."""
+CLI and write the store where the head keeps it; and they are documentation, not package data."""
 
-import fnmatch
 import importlib.util
 import json
 import re
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "podracer" / "deploy"
+DEPLOY = ROOT / "docs" / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 LAUNCHER = DEPLOY / "ray-cluster.yaml"
 KUBERAY = DEPLOY / "kuberay.yaml"
@@ -305,11 +304,24 @@ def test_documented_tournament_commands_parse_and_write_the_store_on_the_head(na
             f"{name}: --store {args.store} is not under the head's persistent {store_root}"
 
 
-def test_deploy_files_ship_in_the_wheel():
-    patterns = _pyproject()["tool"]["setuptools"]["package-data"].get("podracer", [])
-    files = [p.relative_to(DEPLOY.parent).as_posix() for p in DEPLOY.iterdir() if p.is_file()]
-    unshipped = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
-    assert not unshipped, f"[tool.setuptools.package-data] podracer = {patterns} leaves out {unshipped}"
+def test_the_deploy_files_are_a_site_page_and_no_package_holds_them():
+    """docs/deploy/ is documentation (a page of the site, the templates beside it), not package data:
+    no package folder holds a Dockerfile or a cluster YAML, and no package-data pattern names them."""
+    package_data = _pyproject()["tool"]["setuptools"]["package-data"]
+    assert not [p for pats in package_data.values() for p in pats if "deploy" in p], package_data
+    for package in ("podracer", "finance", "locomotion"):
+        strays = [p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*")
+                  if p.name == "Dockerfile" or p.name in {LAUNCHER.name, KUBERAY.name}]
+        assert not strays, f"deployment files inside the package {package}: {strays} (they live in docs/deploy/)"
+    site = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_IgnoreTags)
+    assert "deploy/README.md" in json.dumps(site["nav"]), "docs/deploy/README.md is not in mkdocs.yml's nav"
+
+
+class _IgnoreTags(yaml.SafeLoader):
+    """mkdocs.yml's !ENV tags read as plain values: only its nav is read here."""
+
+
+_IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 # ------------------------------------------------------------------------- secure by default

@@ -115,10 +115,12 @@ def test_walk_forward_plot_marks_every_refit_on_the_three_time_panels():
 
 
 def test_outside_a_kernel_the_figure_is_a_plain_figure(tmp_path):
+    import finance.notebook_figure as notebook_figure
     import finance.widgets as widgets
 
+    assert widgets.NotebookFigure is notebook_figure.NotebookFigure  # still importable where it was
     fig = a_backtest().plot()
-    assert not widgets._PENDING  # no kernel: nothing waits to be shown
+    assert not notebook_figure._PENDING  # no kernel: nothing waits to be shown
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"
     fig.savefig(tmp_path / "equity.png", dpi=20)
     assert (tmp_path / "equity.png").read_bytes()[:4] == b"\x89PNG"

@@ -360,6 +360,21 @@ def test_train_step_metrics_and_determinism(name, device):
         assert 0.0 <= last["charts/epsilon"] <= 1.0
 
 
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "dqn"])
+def test_the_shared_deviations_are_written_once_and_each_agent_points_to_them(name):
+    """offpolicy.py's docstring holds the deviations the four agents share; each agent's docstring
+    points there in one line and lists only its own."""
+    from podracer.agents import offpolicy
+
+    shared = offpolicy.__doc__.split("Our deviations from the papers")[1].split("\nAlso here:")[0]
+    bullets = [b.split("\n")[0].strip() for b in shared.split("\n- ")[1:]]
+    assert len(bullets) >= 4, bullets
+    doc = module_of(name).__doc__
+    assert [line for line in doc.splitlines() if "``offpolicy.py``'s docstring" in line] == [
+        f"Deviations shared by every off-policy agent: ``offpolicy.py``'s docstring. {name.upper()}'s own:"]
+    assert not [b for b in bullets if b in doc], f"{name}.py repeats a shared deviation"
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_save_load_round_trip(name, tmp_path):
     agent, env = small_agent(name, save_buffer=True)

@@ -13,7 +13,8 @@ import torch
 
 import podracer
 from podracer.agents import ppo as ppo_module
-from podracer.agents.ppo import PPO, PPOConfig, compute_gae, discounted_returns, policy_loss, value_loss
+from podracer.agents.ppo import (PPO, PPOConfig, compute_gae, discounted_returns, gaussian_log_prob, policy_loss,
+                                 value_loss)
 from podracer.envs import CartPoleVecEnv, PendulumVecEnv
 
 from conftest import SIZE
@@ -171,9 +172,13 @@ def test_gaussian_log_prob_is_torch_distributions_normal():
     model = agent.model
     obs, actions = torch.randn(64, 3), torch.randn(64, 1)
     dist = torch.distributions.Normal(model.actor(obs), model.log_std.exp().expand(64, 1))
+    assert torch.equal(gaussian_log_prob(*model.gaussian(obs), actions), dist.log_prob(actions).sum(-1))
     logprob, entropy = model.log_prob_entropy(obs, actions)
     assert torch.equal(logprob, dist.log_prob(actions).sum(-1))
     assert torch.equal(entropy, dist.entropy().sum(-1))
+    # Acting uses the same log-probability: what the buffer stores is what the update's ratio starts from.
+    sampled, stored = agent._sample(obs, deterministic=False)
+    assert torch.equal(stored, model.log_prob_entropy(obs, sampled)[0])
 
 
 # ---------------------------------------------------------------------------- interface

@@ -42,8 +42,7 @@ import torch
 from torch import nn
 
 from podracer import checkpoints, deprecation
-# deprecated_alias lives in podracer.deprecation; finance.env still imports it from here.
-from podracer.deprecation import deprecated_alias, renamed_fields, renamed_keys  # noqa: F401
+from podracer.deprecation import renamed_fields, renamed_keys
 from podracer.envs.base import resolve_device
 from podracer.plugins import load_domains
 

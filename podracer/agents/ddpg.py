@@ -9,9 +9,7 @@ Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 
 - targets:       theta' <- tau * theta + (1 - tau) * theta'  after every update
 - exploration:   a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
 
-Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
-timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
-in the replay buffer, one fused actor-critic update, presets as data), and:
+Deviations shared by every off-policy agent: ``offpolicy.py``'s docstring. DDPG's own:
 - The actor, ``common.DeterministicActor``, and its Gaussian exploration are TD3's too; the
   critic is one plain MLP (``Critic``), not TD3's twin-critic ensemble.
 - Gaussian exploration noise instead of Ornstein-Uhlenbeck and no L2 weight decay on the

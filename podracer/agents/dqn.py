@@ -16,9 +16,7 @@ Key equations (B a minibatch from the replay buffer, theta' the target network):
 - exploration:       epsilon-greedy, epsilon decays linearly from ``start_e`` to ``end_e``
                      over ``exploration_steps`` env steps
 
-Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
-timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
-in the replay buffer, presets as data), and:
+Deviations shared by every off-policy agent: ``offpolicy.py``'s docstring. DQN's own:
 - Vector observations and an MLP, Adam instead of RMSProp; defaults from CleanRL's
   classic-control ``dqn.py`` where the Atari paper has no counterpart.
 - Squared error, not the paper's Huber (error clipping): with frequent target updates and rare

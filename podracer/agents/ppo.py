@@ -20,20 +20,9 @@ Key equations (t indexes the T steps of a rollout, each over N sub-envs)::
 ``s'_t`` = ``info["final_obs"]``: a truncated step bootstraps with ``γ V(final_obs)``, a
 terminated one does not, and both stop the advantage recursion.
 
-Our deviations (the reasons are on ``docs/ppo.md``):
-
-- T adapts to the sub-env count N so that a rollout holds about 2048 env steps
-  (T = max(⌈2048 / N⌉, 16)); minibatches are set by count (``num_minibatches``).
-- Time limits bootstrap; V(s_t) and V(s'_t) come in one batched pass after the rollout.
-- Observations are standardised with statistics frozen during a rollout; rewards are divided by
-  the running std of the discounted return, restarted at episode ends and by ``begin_training``.
-- Box actions: a Gaussian with state-independent log-std over the unit box, rescaled to the
-  bounds and clipped for the env (not tanh-squashed); Discrete actions: a categorical.
-- Optional ppo2 value clipping (``clip_vloss``); advantages standardised per minibatch; global
-  gradient-norm clipping; linear learning-rate annealing over a run (``anneal_lr``) or to an
-  absolute step (``anneal_steps``), down to a floor (``anneal_floor``) that holds after it;
-  separate orthogonal-init actor and critic MLPs.
-- All randomness comes from the agent's own ``torch.Generator``, saved with it.
+Where this departs from the paper (rollout length adapted to the sub-env count, bootstrapped time
+limits, frozen observation statistics, reward scaling, clipped unsquashed Gaussian, lr annealing to
+a floor, the agent's own random stream), each with its reason: ``docs/ppo.md``.
 """
 
 from __future__ import annotations
@@ -103,9 +92,7 @@ class PPOConfig:
     def rollout_steps(self, num_envs: int) -> int:
         """T, steps per sub-env in one rollout: ``num_steps``, or by default about 2048 env steps
         in all (the paper's one-env rollout), at least 16 per sub-env for GAE to look ahead."""
-        if self.num_steps is not None:
-            return self.num_steps
-        return max(math.ceil(2048 / num_envs), 16)
+        return self.num_steps if self.num_steps is not None else max(math.ceil(2048 / num_envs), 16)
 
     def rollout_size(self, num_envs: int) -> int:
         """Samples per rollout: T * N."""
@@ -139,38 +126,32 @@ class ActorCritic(nn.Module):
         """V(s): (B, obs_dim) -> (B,)."""
         return self.critic(obs).squeeze(-1)
 
-    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        """π(· | s) for (B, obs_dim): Normal with (B, act_dim) parameters, or Categorical (B, n)."""
-        out = self.actor(obs)
-        if self.discrete:
-            return torch.distributions.Categorical(logits=out, validate_args=False)
-        return torch.distributions.Normal(*self.gaussian(out), validate_args=False)
+    def categorical(self, obs: torch.Tensor) -> torch.distributions.Categorical:
+        """π(· | s) for Discrete actions: a categorical on the actor's (B, n) logits."""
+        return torch.distributions.Categorical(logits=self.actor(obs), validate_args=False)
+
+    def gaussian(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """π(· | s) for Box actions: the Gaussian's mean and σ = exp(log_std), each (B, act_dim), σ
+        state-independent and expanded over the batch."""
+        mean = self.actor(obs)
+        return mean, self.log_std.exp().expand_as(mean)
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log π(a | s) and H(π(· | s)), each (B,) (summed over action dims for a Gaussian). The
-        Gaussian's are ``distribution``'s, written out (``gaussian_log_prob``): the same numbers and
-        gradients, to the bit, without a distribution object at every minibatch step."""
-        out = self.actor(obs)
+        """log π(a | s) and H(π(· | s)), each (B,) (summed over action dims for a Gaussian)."""
         if self.discrete:
-            dist = torch.distributions.Categorical(logits=out, validate_args=False)
+            dist = self.categorical(obs)
             return dist.log_prob(actions), dist.entropy()
-        mean, std = self.gaussian(out)
-        log_prob = gaussian_log_prob(mean, std, actions)
+        mean, std = self.gaussian(obs)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
-        return log_prob, entropy.sum(-1)
-
-    def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Gaussian's mean and σ = exp(log_std), each (B, act_dim): ``distribution``'s ``Normal``
-        parameters, σ state-independent and expanded over the batch."""
-        return out, self.log_std.exp().expand_as(out)
+        return gaussian_log_prob(mean, std, actions), entropy.sum(-1)
 
 
 def gaussian_log_prob(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log N(a; mean, σ) summed over action dims: (B, act_dim) inputs -> (B,). The expression of
-    ``torch.distributions.Normal.log_prob``, term by term in its order."""
-    var = std**2
-    log_scale = std.log()
-    return (-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(-1)
+    """log N(a; mean, σ) summed over action dims: (B, act_dim) inputs -> (B,). The one Gaussian
+    log-probability of PPO (acting and the update alike): ``torch.distributions.Normal.log_prob``'s
+    expression, term by term in its order, so the same numbers and gradients to the bit without a
+    distribution object at every step."""
+    return (-((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI).sum(-1)
 
 
 # ---------------------------------------------------------------------------- rollout storage
@@ -181,8 +162,7 @@ class RolloutBuffer:
 
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...],
                  action_dtype: torch.dtype, device: torch.device):
-        T, N = num_steps, num_envs
-        self.num_steps, self.num_envs = T, N
+        self.num_steps, self.num_envs = T, N = num_steps, num_envs
         z = dict(device=device)
         self.obs = torch.zeros(T, N, obs_dim, **z)  # (T, N, obs_dim) raw s_t
         self.next_obs = torch.zeros(T, N, obs_dim, **z)  # (T, N, obs_dim) raw s'_t = info["final_obs"]
@@ -357,16 +337,13 @@ class PPO(AgentBase):
     def _sample(self, norm_obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw actions (unit-box Gaussian sample or category) and their log-probs (N,)."""
         if self.discrete:
-            dist = self.model.distribution(norm_obs)
+            dist = self.model.categorical(norm_obs)
             actions = dist.probs.argmax(-1) if deterministic else \
                 torch.multinomial(dist.probs, 1, generator=self.generator).squeeze(-1)
             return actions, dist.log_prob(actions)
-        mean, std = self.model.gaussian(self.model.actor(norm_obs))
-        if deterministic:
-            actions = mean
-        else:
-            noise = torch.randn(mean.shape, generator=self.generator, device=self.device)
-            actions = mean + std * noise
+        mean, std = self.model.gaussian(norm_obs)
+        actions = mean if deterministic else \
+            mean + std * torch.randn(mean.shape, generator=self.generator, device=self.device)
         return actions, gaussian_log_prob(mean, std, actions)
 
     def _to_env(self, actions: torch.Tensor) -> torch.Tensor:
@@ -501,8 +478,8 @@ class PPO(AgentBase):
         # 7. Metrics, with one host sync.
         with torch.no_grad():
             # Fraction of the return variance the critic explains before the update: 1 is perfect.
-            var_returns = rollout.returns.var()
-            info["charts/explained_variance"] = 1 - (rollout.returns - rollout.values).var() / var_returns.clamp_min(1e-8)
+            info["charts/explained_variance"] = (
+                1 - (rollout.returns - rollout.values).var() / rollout.returns.var().clamp_min(1e-8))
         metrics = {k: float(v) for k, v in zip(info, torch.stack(list(info.values())).tolist())}
         metrics["env_steps"] = float(T * N)
         metrics["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
@@ -518,17 +495,11 @@ class PPO(AgentBase):
         self._apply_lr()
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict(),
-            "return_rms": self.return_rms.state_dict(),
-            "generator": self.generator.get_state(),
-            "generator_device": self.device.type,
-            "global_step": self.global_step,
-            "discounted_return": self.discounted_return,
-            "anneal_window": None if self.anneal_window is None else list(self.anneal_window),
-        }
+        window = None if self.anneal_window is None else list(self.anneal_window)
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "obs_rms": self.obs_rms.state_dict(), "return_rms": self.return_rms.state_dict(),
+                "generator": self.generator.get_state(), "generator_device": self.device.type,
+                "global_step": self.global_step, "discounted_return": self.discounted_return, "anneal_window": window}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` wrote, on any device: a generator state saved on another

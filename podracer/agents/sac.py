@@ -11,9 +11,7 @@ Key equations (B a minibatch from the replay buffer, a' ~ pi(.|s') freshly sampl
 The policy is a tanh-squashed Gaussian scaled to the Box bounds, a = c + s * tanh(u), with the
 change-of-variables correction log pi(a) = log N(u) - sum log(s * (1 - tanh(u)^2)).
 
-Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
-timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
-in the replay buffer, one fused actor-critic update, presets as data), and:
+Deviations shared by every off-policy agent: ``offpolicy.py``'s docstring. SAC's own:
 - The two critics are one ensemble network (batched matmuls), not two modules: same maths,
   half the kernel launches.
 - The log-std is squashed into [-5, 2] with a tanh (as CleanRL) rather than hard-clipped.

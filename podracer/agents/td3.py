@@ -11,9 +11,7 @@ Key equations (B a minibatch from the replay buffer, s the scale (high - low) / 
                            then theta' <- tau * theta + (1 - tau) * theta' for actor and critics
 - exploration:             a = clip(mu(s) + N(0, (sigma_explore s)^2), low, high)
 
-Our deviations and choices: those every off-policy agent shares (``offpolicy.py``'s docstring:
-timeouts bootstrap from ``final_obs``, ``updates_per_step`` over many sub-envs, warm-up counted
-in the replay buffer, one fused actor-critic update, presets as data), and:
+Deviations shared by every off-policy agent: ``offpolicy.py``'s docstring. TD3's own:
 - The two critics are one ensemble network (batched matmuls): same maths, fewer kernel launches.
 - The actor and its exploration are DDPG's (``common.DeterministicActor``).
 """

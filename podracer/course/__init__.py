@@ -106,8 +106,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["COLAB_CELL", "CheckResult", "ExerciseFailed", "add_colab_cell", "build_slides", "colab_cell", "check",
-           "check_function", "check_value", "fetch_slide_assets", "hidden", "install_requirement", "is_unanswered",
-           "notebook_client", "record_answer",
+           "check_function", "check_value", "default_extras", "fetch_slide_assets", "hidden", "install_requirement",
+           "is_unanswered", "notebook_client", "record_answer",
            "results", "run_lesson", "same_as", "set_strict", "where"]
 
 GLOSSARY = "GLOSSARY.md"  # notebooks/GLOSSARY.md, linked from every notebook
@@ -120,13 +120,23 @@ HASH_ITERATIONS = 50_000  # PBKDF2 rounds per candidate: ~15 ms a check, minutes
 
 # The first code cell of a lesson on Google Colab: installs the course there, does nothing elsewhere.
 # Self-contained on purpose: on a fresh Colab runtime podracer is not importable until it has run.
-# [finance], not [course]: Colab brings its own Jupyter, matplotlib and ipywidgets, and the Jupyter
-# packages in [course] (jupyterlab pulls in newer ipykernel, jupyter_server) would replace the ones
-# Colab's runtime is built on. Its CUDA build of torch satisfies torch>=2.2 and stays (docs/colab.md).
-def install_requirement(extras: str = "finance", install: str = "podracer-rl") -> str:
-    """What pip installs for a lesson: ``install`` with ``extras``. ``install`` is a package name
-    (``"podracer-rl"``: ``podracer-rl[finance]``) or where the package is, a wheel's URL or path or a
-    ``git+`` URL (``podracer-rl[finance] @ https://.../podracer_rl-1.2-py3-none-any.whl``)."""
+# Which extras it installs is the course's data, not this tool's: ``extras`` in
+# notebooks/source/hosted.yaml (the course tool names no domain; docs/architecture.md).
+def default_extras() -> str:
+    """The extras every lesson installs, ``extras`` in the course's settings
+    (``notebooks/source/hosted.yaml``, in a checkout of the repository): the default of
+    :func:`install_requirement`, :func:`colab_cell`, :data:`COLAB_CELL` and :func:`add_colab_cell`."""
+    from podracer.course import release
+
+    return release.hosted_settings(release.HOSTED)["extras"]
+
+
+def install_requirement(extras: str | None = None, install: str = "podracer-rl") -> str:
+    """What pip installs for a lesson: ``install`` with ``extras`` (None: :func:`default_extras`).
+    ``install`` is a package name (``"podracer-rl"``: ``podracer-rl[EXTRAS]``) or where the package
+    is, a wheel's URL or path or a ``git+`` URL
+    (``podracer-rl[EXTRAS] @ https://.../podracer_rl-1.2-py3-none-any.whl``)."""
+    extras = default_extras() if extras is None else extras
     install = install.strip()
     if not install or any(c in install for c in ' "\'[]'):
         raise ValueError(f"install={install!r}: give a package name, a wheel's URL or a git+ URL")
@@ -135,10 +145,10 @@ def install_requirement(extras: str = "finance", install: str = "podracer-rl") -
     return f"{install}[{extras}]"
 
 
-def colab_cell(extras: str = "finance", install: str = "podracer-rl") -> str:
-    """The Colab install cell for ``podracer-rl[extras]`` (``"finance,cluster"`` for a lesson that
-    starts Ray, ``"finance,locomotion"`` for MuJoCo); ``install`` says where from
-    (:func:`install_requirement`; the release fills it from ``notebooks/source/hosted.yaml``)."""
+def colab_cell(extras: str | None = None, install: str = "podracer-rl") -> str:
+    """The Colab install cell for ``podracer-rl[extras]`` (None: :func:`default_extras`; a lesson that
+    starts Ray adds ``cluster``); ``install`` says where from (:func:`install_requirement`; the
+    release fills it from ``notebooks/source/hosted.yaml``)."""
     return f'''\
 # On Google Colab, install the course first (about a minute, once per session); elsewhere this does nothing.
 import sys
@@ -148,8 +158,14 @@ if "google.colab" in sys.modules:
 '''
 
 
-COLAB_PIP = "podracer-rl[finance]"
-COLAB_CELL = colab_cell()
+def __getattr__(name: str) -> str:
+    """``COLAB_PIP`` and ``COLAB_CELL``, with the course's default extras: read when first asked for
+    (the settings file is in a checkout, and a student's ``import podracer.course`` needs none)."""
+    if name == "COLAB_PIP":  # what the cell installs: podracer-rl[<default extras>]
+        return install_requirement()
+    if name == "COLAB_CELL":
+        return colab_cell()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ExerciseFailed(AssertionError):
@@ -670,12 +686,12 @@ def _output_widget() -> type:
 
 
 # ---------------------------------------------------------------------------- Colab
-def add_colab_cell(notebook: Any, extras: str = "finance") -> bool:
+def add_colab_cell(notebook: Any, extras: str | None = None) -> bool:
     """Insert :data:`COLAB_CELL` as the first code cell of an ``nbformat`` notebook (after the title
     cell), unless a cell already installs the course on Colab. Returns True when it inserted one.
-    ``extras`` are the install's (``"finance,cluster"`` for a lesson that starts Ray). The cell is
-    left out of the slides (``slide_type: skip``). Do this to lessons only: a solutions notebook's
-    first code cell must be ``run_lesson``."""
+    ``extras`` are the install's (None: :func:`default_extras`; a lesson that starts Ray adds
+    ``cluster``). The cell is left out of the slides (``slide_type: skip``). Do this to lessons
+    only: a solutions notebook's first code cell must be ``run_lesson``."""
     import nbformat
 
     if any(c.cell_type == "code" and "google.colab" in c.source for c in notebook.cells):

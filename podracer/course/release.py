@@ -76,24 +76,34 @@ BADGE = re.compile(r"(https://colab\.research\.google\.com/github/)[^/\s)]+/[^/\
 EXTRAS = re.compile(r'"podracer-rl\[([a-z,]+)\]')
 
 
+HOSTED_KEYS = ("repository", "ref", "install", "extras")
+
+
 def hosted_settings(path: str | os.PathLike = HOSTED, **override: str | None) -> dict[str, str]:
     """The hosted-notebook setting (``notebooks/source/hosted.yaml``: ``repository``, ``ref``,
-    ``install``), with any of them given as keywords instead; each is checked."""
+    ``install`` and the lessons' default ``extras``), with any of them given as keywords instead;
+    each is checked."""
     import yaml
 
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no course settings at {path}: they are in a checkout of the repository "
+                                f"(notebooks/source/hosted.yaml); outside one, pass extras= and install= explicitly")
     settings = yaml.safe_load(Path(path).read_text()) or {}
     settings.update({k: v for k, v in override.items() if v is not None})
-    unknown = set(settings) - {"repository", "ref", "install"}
+    unknown = set(settings) - set(HOSTED_KEYS)
     if unknown:
-        raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; the settings are repository, ref and install")
+        raise ValueError(f"{path}: unknown setting(s) {sorted(unknown)}; the settings are {', '.join(HOSTED_KEYS)}")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", str(settings.get("repository", ""))):
         raise ValueError(f"{path}: repository must be a GitHub owner/name, got {settings.get('repository')!r}")
     if not re.fullmatch(r"[\w./-]+", str(settings.get("ref", ""))):
         raise ValueError(f"{path}: ref must be a branch or tag name, got {settings.get('ref')!r}")
+    if not re.fullmatch(r"[a-z]+(,[a-z]+)*", str(settings.get("extras", ""))):
+        raise ValueError(f"{path}: extras must name the package's optional dependencies ([project.optional-"
+                         f"dependencies] in pyproject.toml), comma-separated, got {settings.get('extras')!r}")
     from podracer.course import install_requirement
 
-    install_requirement("finance", str(settings.get("install", "")))  # raises on a malformed one
-    return {k: str(settings[k]) for k in ("repository", "ref", "install")}
+    install_requirement(str(settings["extras"]), str(settings.get("install", "")))  # raises on a malformed one
+    return {k: str(settings[k]) for k in HOSTED_KEYS}
 
 
 def _otter_master(source: Path, notebook: dict, hosted: dict[str, str]) -> dict:
