@@ -25,13 +25,15 @@ demo: $(STAMP)
 # Each lesson runs once, through its solution notebook (conftest.py says why), whose first cell runs the whole
 # lesson: the per-cell timeout is a whole lesson's. Budget: 15 minutes on a fresh clone on 2 cores, install included.
 # Both lanes run on pytest-xdist workers. Every test is single-threaded and seeded, so results do not depend on which
-# worker runs it. Tests that start process trees or servers that could collide run one at a time in one of two scopes
-# (conftest.py): RAY (Ray clusters, local Rays, their kill tests) and LOCAL (tournaments of local pods, the lessons that
-# start them, the browser), so no two of them race for ports, for CPUs a Ray reserves or for a kill test's timing; the
-# two scopes run side by side, every other test spreads over the workers. `make check` runs one worker per core of the
-# 2-core CI machine; `make test` one more (TEST_WORKERS), because both scopes mostly wait on the processes they start.
+# worker runs it. Tests that start process trees or servers that could collide run one at a time in one of three scopes
+# (conftest.py): RAY (Ray clusters and their kill tests), RAY_LESSON (lesson 12 and the docs blocks that start a Ray of
+# their own) and LOCAL (tournaments of local pods, the lessons that start them, the browser), so no two of them race for
+# ports, for CPUs a Ray reserves or for a kill test's timing; the scopes run side by side, every other test spreads over
+# the workers, the longest work handed out first (tests/durations.json). `make check` runs one worker per core of the
+# 2-core CI machine; `make test` two more (TEST_WORKERS): the RAY and LOCAL scopes hold a worker each for most of the run
+# while mostly waiting on the processes they start, and two more keep both cores busy with the CPU-bound tests meanwhile.
 WORKERS ?= 2
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: $(STAMP)
 	$(BIN)/lint-imports
 	PODRACER_SIZE=$(or $(PODRACER_SIZE),smoke) $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=1800 -p no:cacheprovider --durations=15 -n $(TEST_WORKERS)

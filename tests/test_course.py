@@ -278,11 +278,11 @@ def test_collection_leaves_out_the_student_notebooks_and_keeps_the_sources():
 @pytest.mark.slow
 def test_the_lessons_that_start_pods_run_in_their_scope():
     """conftest.py names lessons by number ("notebooks/source/12_"): after a renumbering, the lesson on
-    Ray must still be in the RAY scope, the tournaments of local pods in LOCAL, and no other lesson in either."""
+    Ray must still be in the RAY_LESSON scope, the tournaments of local pods in LOCAL, and no other lesson in either."""
     conftest = _root_conftest()
     for path in SOLVED:
         text, node = "\n".join(code(path)), f"notebooks/source/{path.name}::{path.name}"
-        expected = "ray" if 'backend="ray"' in text else "local" if "Tournament(" in text else node
+        expected = "ray-lesson" if 'backend="ray"' in text else "local" if "Tournament(" in text else node
         assert conftest._scope(node) == expected, f"source/{path.name} runs in scope {conftest._scope(node)!r}"
     assert sum(conftest._scope(f"notebooks/source/{p.name}::{p.name}") != f"notebooks/source/{p.name}::{p.name}"
                for p in SOLVED) == 3
@@ -564,3 +564,27 @@ def test_the_readme_and_the_syllabus_quote_the_measured_times():
             continue
         total = sum(v for stem, v in seconds.items() if stem[:2] in lessons)
         assert compute.strip() == lesson_time(total), f"syllabus week {week}: compute should be {lesson_time(total)}"
+
+
+def test_the_scopes_hand_out_the_longest_work_first(tmp_path, monkeypatch):
+    """xdist hands out scopes in collection order: conftest sorts the collection by each scope's
+    expected seconds (tests/durations.json), keeping a scope's tests in their own order."""
+    conftest = _root_conftest()
+
+    class Item:
+        def __init__(self, nodeid: str):
+            self.nodeid = nodeid
+
+    ids = ["tests/test_a.py::fast", "tests/test_ray_backend.py::one", "tests/test_b.py::slow",
+           "tests/test_ray_backend.py::two", "tests/test_c.py::unknown"]
+    items = [Item(i) for i in ids]
+    seconds = {"tests/test_b.py::slow": 100.0, "tests/test_ray_backend.py::one": 60.0,
+               "tests/test_ray_backend.py::two": 60.0}
+    (tmp_path / "durations.json").write_text(json.dumps(seconds))
+    monkeypatch.setattr(conftest, "DURATIONS", tmp_path / "durations.json")
+    conftest._longest_scopes_first(items)
+    assert [i.nodeid for i in items] == ["tests/test_ray_backend.py::one", "tests/test_ray_backend.py::two",
+                                         "tests/test_b.py::slow", "tests/test_a.py::fast", "tests/test_c.py::unknown"]
+    assert conftest._scope("notebooks/source/12_ray_cluster.ipynb::12_ray_cluster.ipynb") == "ray-lesson"
+    assert conftest._scope("tests/test_readme.py::test_x[tournament-block0-ray]") == "ray-lesson"
+    assert conftest._scope("tests/test_cluster_faults.py::test_y") == "ray"
