@@ -50,7 +50,7 @@ from scipy import signal as scipy_signal
 from scipy import stats
 
 from finance.planted import PLANTED_STRENGTHS
-from finance.validation import SCORES, CombinatorialPurged, ConsecutiveWindows, SingleSplit, select
+from finance.validation import SCORES, CombinatorialPurged, ConsecutiveWindows, SingleSplit, select, select_on
 
 YEAR = 252
 DEV_DAYS, TEST_DAYS = 5 * YEAR, 4 * YEAR
@@ -168,6 +168,61 @@ def outcome(strength: str, scheme: str, score: str, scores: np.ndarray, pick: in
             "regret": float(truth.max() - truth[pick])}
 
 
+# ---------------------------------------------------------------------------- fixed candidates, one split cut k ways
+# A tournament's agents are fixed once trained and scored on one validation split: cutting that
+# split into more windows adds no held-out data, only a noise estimate (the paired per-window
+# difference, Pod.leading's exploit rule). ``--mode split`` asks how many windows it should be cut
+# into: recipes fitted once on the 3 years before the split, scored on the last VALID_SPANS days
+# cut into k equal consecutive windows (k = 1: the whole split, the mean eval return's arithmetic).
+VALID_SPANS = {"2y": 2 * YEAR, "1y": YEAR}  # the demo's validation split, and tournament_vs_single's
+SPLIT_WINDOWS = (1, 2, 4, 8)
+MARGIN = 2.0  # TournamentConfig.exploit_margin: standard errors of the paired difference
+
+
+def split_replication(seed: int, strengths: dict[str, float]) -> list[dict[str, Any]]:
+    """Every (strength, span, k) pick of one replication, with the paired rule's errors."""
+    rng = np.random.default_rng(seed)
+    panel, recipes = make_panel(rng), make_recipes(rng)
+    rows, fitter, test = [], Fitter(panel.x), slice(DEV_DAYS, DEV_DAYS + TEST_DAYS - 1)
+    for strength, ic in strengths.items():
+        y = panel.returns(ic)
+        fitter.target(y)
+        for span, days in VALID_SPANS.items():
+            valid = np.arange(DEV_DAYS - days, DEV_DAYS)
+            train = np.arange(DEV_DAYS - days - 3 * YEAR, DEV_DAYS - days - 1)  # purged: the last label is valid's
+            beta = fitter.fit(train, recipes)
+            truth = true_sharpe(ic, beta)
+            tested = annual_sharpe(portfolio_returns(panel.x[test], y[test], beta))
+            returns = portfolio_returns(panel.x[valid], y[valid], beta)
+            for k in SPLIT_WINDOWS:
+                sel = select_on(returns, ConsecutiveWindows(k, (days - 1) // k), "sharpe")
+                row = outcome(strength, f"{span} / {k}", f"{(days - 1) // k}d", sel.scores, sel.pick, truth, tested)
+                rows.append({**row, **paired_errors(sel, truth)})
+    return rows
+
+
+def paired_errors(sel: Any, truth: np.ndarray) -> dict[str, float]:
+    """How the exploit rule's test (a beats b by more than MARGIN paired standard errors) errs over
+    every ordered pair: ``false_sep``, the share of pairs with a truly no better than b that it
+    separates (a pod copies a leader that is not better); ``power``, the share it separates of the
+    pairs where a is truly better by more than 0.5 (annual Sharpe ratio)."""
+    if len(sel.window_scores) < 2:
+        return {"false_sep": math.nan, "power": math.nan}
+    n, false, worse, hits, better = len(truth), 0, 0, 0, 0
+    for a in range(n):
+        for b in range(n):
+            if a == b:
+                continue
+            sep = sel.separated(a, b, MARGIN)
+            if truth[a] <= truth[b] + 1e-12:
+                worse += 1
+                false += sep
+            elif truth[a] - truth[b] > 0.5:
+                better += 1
+                hits += sep
+    return {"false_sep": false / worse if worse else math.nan, "power": hits / better if better else math.nan}
+
+
 # ---------------------------------------------------------------------------- PPO agents on a planted market
 def ppo_replication(seed: int, strengths: dict[str, float], agents: int, steps: int) -> list[dict[str, Any]]:
     """Train ``agents`` PPO agents on one planted market per strength; score their held-out returns.
@@ -246,7 +301,10 @@ def summarise(records: pd.DataFrame) -> pd.DataFrame:
         lo, hi = wilson(best.sum(), len(best))
         row["P(best)"] = f"{best.mean():.2f} [{lo:.2f}, {hi:.2f}]" if len(best) else "n/a (no best)"
         for col, label in (("rho_true", "rho true"), ("rho_test", "rho test"), ("true_gain", "pick - random"),
-                           ("test_gain", "test gain"), ("regret", "regret")):
+                           ("test_gain", "test gain"), ("regret", "regret"), ("false_sep", "false sep"),
+                           ("power", "power")):
+            if col not in g:  # the paired rule's columns: --mode split only
+                continue
             v = g[col].dropna()
             half = 1.96 * v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else math.nan
             row[label] = f"{v.mean():+.2f} ± {half:.2f}" if len(v) else "n/a"
@@ -275,8 +333,9 @@ def recommend(table: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", choices=("recipes", "ppo"), default="recipes")
-    parser.add_argument("--reps", type=int, default=None, help="replications (recipes: 100, ppo: 2)")
+    parser.add_argument("--mode", choices=("recipes", "ppo", "split"), default="recipes",
+                        help="split: fixed candidates on one validation split cut into 1, 2, 4 or 8 windows")
+    parser.add_argument("--reps", type=int, default=None, help="replications (recipes, split: 100; ppo: 2)")
     parser.add_argument("--strengths", default=None,
                         help=f"comma-separated names from {list(PLANTED_STRENGTHS)} (ppo default: moderate,easy)")
     parser.add_argument("--agents", type=int, default=8, help="ppo: agents per market")
@@ -285,24 +344,27 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser.add_argument("--csv", default=None, help="write the per-replication records here")
     args = parser.parse_args(argv)
     names = args.strengths.split(",") if args.strengths else (
-        list(PLANTED_STRENGTHS) if args.mode == "recipes" else ["moderate", "easy"])
+        ["moderate", "easy"] if args.mode == "ppo" else list(PLANTED_STRENGTHS))
     unknown = [n for n in names if n not in PLANTED_STRENGTHS]
     if unknown:
         parser.error(f"unknown strengths {unknown}; choose from {list(PLANTED_STRENGTHS)}")
     strengths = {n: PLANTED_STRENGTHS[n] for n in names}
-    reps = args.reps or (100 if args.mode == "recipes" else 2)
+    reps = args.reps or (2 if args.mode == "ppo" else 100)
     start, records = time.perf_counter(), []
     for rep in range(reps):
         seed = args.seed * 1_000_003 + rep
-        records += recipe_replication(seed, strengths) if args.mode == "recipes" else \
-            ppo_replication(seed, strengths, args.agents, args.steps)
+        if args.mode == "ppo":
+            records += ppo_replication(seed, strengths, args.agents, args.steps)
+        else:
+            records += (recipe_replication if args.mode == "recipes" else split_replication)(seed, strengths)
     frame = pd.DataFrame(records)
     if args.csv:
         frame.to_csv(args.csv, index=False)
     table = summarise(frame)
     with pd.option_context("display.width", 200, "display.max_rows", 500, "display.max_colwidth", 40):
         print(table.drop(columns="_p").to_string(index=False))
-    print(recommend(table))
+    if args.mode != "split":  # split compares window counts of one scheme and score
+        print(recommend(table))
     print(f"{args.mode}: {reps} replications, {len(strengths)} strengths, {time.perf_counter() - start:.0f} s")
     return table
 

@@ -15,6 +15,13 @@ validation score; that agent is then scored on data no arm selected on:
   copy a better parent and mutate its learning rate, γ, λ,
   clip ε and entropy coefficient. ``--tournament KEY=VALUE`` changes a setting (an ablation).
 
+Every arm selects on the same validation score, the tournament's fitness (``TournamentConfig.fitness``,
+``"auto"`` unless ``--tournament fitness=...``): on Pendulum the mean return over 32 start states; on
+stocks finance's default, the annualised Sharpe ratio averaged over 4 consecutive windows of the
+validation year (``finance.DEFAULT_FITNESS``; ``--tournament fitness=return``: the validation year's
+return in % of cash, the score before it). The single pods keep the evaluation with the best score,
+the tournament its board's best entry; the ``valid`` column is that score, in those units.
+
 Tasks:
 
 - ``pendulum``: validation on 32 start states (seed 10,000), test on 64 other ones (seed 777);
@@ -26,13 +33,19 @@ Tasks:
   of the stitched out-of-sample curve. PBO (Bailey et al. 2017, CSCV with 16 blocks) is computed
   over the trials = every (arm, seed) walk-forward, their daily out-of-sample returns: it asks
   whether picking the best of these runs on half the out-of-sample days picks an above-median
-  one on the other half, i.e. whether the differences between runs persist or are noise.
+  one on the other half, i.e. whether the differences between runs persist or are noise. Then the
+  tournament's out-of-sample returns against one pod's (each seed's ``preset`` and ``default``
+  runs) and against equal-weight buy-and-hold on the same days: the Sharpe-difference test
+  (Ledoit-Wolf HAC, ``finance.sharpe_difference_test``) per seed and on the seed-averaged returns,
+  and Hansen's SPA test (``finance.spa_test``) of the tournament's seeds against each benchmark.
 
 Wall time is reported but is not the comparison: the tournament's pods are processes with one
 torch thread each, sharing whatever cores the machine has free.
 
 Run: ``.venv/bin/python benchmarks/tournament_vs_single.py`` (``--quick``: a few minutes;
-``--seeds N``; ``--tasks pendulum``).
+``--seeds N``; ``--tasks pendulum``). On a busy machine the stock runs can go one process per arm
+and seed, ``--tasks stocks --seeds 1 --first-seed S --arms A --save DIR``, then
+``--combine DIR...`` for the table and tests (docs/results/finance.md).
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import functools
 import math
 import os
 import tempfile
+from pathlib import Path
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -54,6 +68,7 @@ import yaml
 
 import podracer
 from podracer.tournament import Tournament, TournamentConfig
+from podracer.tournament.fitness import EvalReturn, fitness_for_task, make_fitness, resolve_auto
 
 PODS = 4
 ARMS = ("default", "preset", "tournament")
@@ -84,18 +99,23 @@ STOCK_WINDOWS = {"quick": 2, "full": 3}
 
 # ---------------------------------------------------------------------------- the arms
 def train_single(make_env: Callable[[], Any], make_valid: Callable[[], Any], preset: str | None, budget: Budget,
-                 seed: int) -> tuple[Any, dict[str, Any]]:
-    """One pod for ``budget.total`` env steps; returns the best-validated agent and run facts."""
+                 seed: int, fitness: Any = "auto") -> tuple[Any, dict[str, Any]]:
+    """One pod for ``budget.total`` env steps; returns the agent whose evaluation scored best by
+    ``fitness`` (the tournament's setting, so that every arm selects on the same score) and run facts."""
     torch.set_num_threads(1)  # the same share of the machine as one tournament pod
     start = time.perf_counter()
     env, valid = make_env(), make_valid()
+    score = make_fitness(resolve_auto(fitness, make_valid), valid)
     agent = podracer.make_agent("ppo", env, preset=preset, seed=seed, verbose=False)
     best, best_ckpt, steps = -math.inf, None, 0
     for row in podracer.iterate_training(agent, env, budget.total, eval_env=valid, eval_every=budget.generation_steps,
                                          seed=seed, eval_seed=VALID_SEED):
         steps = int(row["global_step"])
-        if row.get("eval/return_mean", -math.inf) > best:
-            best, best_ckpt = row["eval/return_mean"], copy.deepcopy(agent.checkpoint())
+        if "eval/return_mean" not in row:
+            continue
+        value = row["eval/return_mean"] if isinstance(score, EvalReturn) else score(agent, valid, VALID_SEED).score
+        if value > best:
+            best, best_ckpt = value, copy.deepcopy(agent.checkpoint())
     best_agent = type(agent).from_checkpoint(best_ckpt)
     return best_agent, {"env_steps": steps, "valid": best, "wall_s": time.perf_counter() - start,
                         "learning_rate": agent.config.learning_rate}
@@ -136,7 +156,8 @@ def train_arm(arm: str, make_env: Callable[[], Any], make_valid: Callable[[], An
               seed: int, **options: Any) -> tuple[Any, dict[str, Any]]:
     if arm == "tournament":
         return train_tournament(make_env, make_valid, budget, seed, **options)
-    return train_single(make_env, make_valid, preset if arm == "preset" else None, budget, seed)
+    return train_single(make_env, make_valid, preset if arm == "preset" else None, budget, seed,
+                        options.get("fitness", "auto"))
 
 
 # ---------------------------------------------------------------------------- Pendulum
@@ -199,14 +220,16 @@ def stock_fit(arm: str, seed: int, budget: Budget, facts: list[dict[str, Any]], 
     return fit
 
 
-def stocks(size: str, seeds: int, arms: tuple[str, ...] = ARMS, **options: Any) -> tuple[pd.DataFrame, Any]:
-    from finance.overfitting import probability_of_backtest_overfitting
+def stocks(size: str, seeds: int, arms: tuple[str, ...] = ARMS, first_seed: int = 0, **options: Any
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows per (arm, seed), and their daily out-of-sample returns with equal weight's beside them
+    (column ``equal_weight``: buy-and-hold on the same days, the same for every run)."""
     from finance.walk_forward import walk_forward
 
     budget = BUDGETS["stocks"][size]
     prices = stock_prices(STOCK_WINDOWS[size])
     rows, trials = [], {}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for arm in arms:
             facts: list[dict[str, Any]] = []
             result = walk_forward(stock_fit(arm, seed, budget, facts, options), prices,
@@ -221,12 +244,38 @@ def stocks(size: str, seeds: int, arms: tuple[str, ...] = ARMS, **options: Any) 
                          "stale_starts": summed["stale_starts"].sum() if "stale_starts" in summed else math.nan})
             trials[f"{arm} {seed}"] = result.returns()
             print(_row(rows[-1]), flush=True)
-    hold = result.baselines["equal_weight"].metrics()  # the same out-of-sample days for every run
-    print(f"equal-weight buy-and-hold on the same days: Sharpe {hold['sharpe']:.3g}, "
-          f"return {100 * hold['cumulative_return']:.3g}%")
-    trials = pd.DataFrame(trials).dropna()
-    pbo = probability_of_backtest_overfitting(trials, n_splits=16) if trials.shape[1] > 1 else None
-    return pd.DataFrame(rows), pbo
+    trials["equal_weight"] = result.baselines["equal_weight"].returns()  # the same out-of-sample days for every run
+    return pd.DataFrame(rows), pd.DataFrame(trials).dropna()
+
+
+def against(trials: pd.DataFrame, equal_weight: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tournament's out-of-sample returns against one pod's and against equal weight.
+
+    Returns (Sharpe-difference tests, SPA tests). The first has a row per (seed or "mean over seeds",
+    benchmark): the annual Sharpe ratios, their difference and the Ledoit-Wolf HAC p-value (two-sided).
+    "mean over seeds" compares the seed-averaged daily returns (an arm's expected run, with less
+    training noise). The second tests, per benchmark, whether the best tournament seed beats it by
+    mean return once the search over seeds is counted (Hansen's SPA, White's Reality Check)."""
+    from finance.statistics import sharpe_difference_test, spa_test
+
+    seeds = [c.split()[1] for c in trials if c.startswith("tournament ")]
+    arms = [a for a in ("preset", "default") if all(f"{a} {s}" in trials for s in seeds)]
+    runs = {s: {a: trials[f"{a} {s}"] for a in ("tournament", *arms)} for s in seeds}
+    runs["mean over seeds"] = {a: trials[[f"{a} {s}" for s in seeds]].mean(axis=1) for a in ("tournament", *arms)}
+    rows = []
+    for seed, arm in runs.items():
+        for name, bench in [*((f"one pod ({a})", arm[a]) for a in arms), ("equal weight", equal_weight)]:
+            test = sharpe_difference_test(arm["tournament"], bench, "hac", periods_per_year=252)
+            rows.append({"seed": seed, "against": name, "sharpe tournament": test.sharpe_a, "sharpe other": test.sharpe_b,
+                         "difference": test.difference, "p (HAC)": test.p_value})
+    tournament = trials[[f"tournament {s}" for s in seeds]]
+    spa = []
+    for name, bench in [*((f"one pod ({a}), mean over seeds", runs["mean over seeds"][a]) for a in arms),
+                        ("equal weight", equal_weight)]:
+        r = spa_test(tournament, bench, reps=1_000, seed=0)
+        spa.append({"against": name, "best seed": r.best, "SPA p": r.pvalue, "Reality Check p": r.reality_check_pvalue,
+                    "StepM better": ", ".join(r.superior) or "none"})
+    return pd.DataFrame(rows), pd.DataFrame(spa)
 
 
 # ---------------------------------------------------------------------------- report
@@ -271,18 +320,44 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="a subset, e.g. to rerun one")
     parser.add_argument("--tournament", nargs="+", default=[], metavar="KEY=VALUE",
                         help="TournamentConfig settings of the tournament arm, e.g. selection=topk top_k=2")
+    parser.add_argument("--first-seed", type=int, default=0, help="stocks: seeds first-seed .. first-seed + seeds - 1")
+    parser.add_argument("--save", default=None, metavar="DIR",
+                        help="stocks: write the runs (rows.csv, returns.csv) here, to --combine with other processes'")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="DIR",
+                        help="stocks: no training; the table and tests over the runs these --save folders hold")
     args = parser.parse_args(argv)
     options = tournament_options(parser, args.tournament)
-    if args.seeds < 2:
-        parser.error("--seeds must be at least 2: the spread over seeds is the point")
+    if args.seeds < 2 and not args.save:
+        parser.error("--seeds must be at least 2: the spread over seeds is the point (or --save, then --combine)")
     size = "quick" if args.quick else "full"
-    frames, pbo = [], None
-    if "pendulum" in args.tasks:
+    frames, trials = [], None
+    if args.combine:
+        frames = [pd.read_csv(Path(d) / "rows.csv") for d in args.combine]
+        trials = pd.concat([pd.read_csv(Path(d) / "returns.csv", index_col=0, parse_dates=True) for d in args.combine],
+                           axis=1)
+        trials = trials.loc[:, ~trials.columns.duplicated()].dropna()
+        args.tasks, args.seeds = ["stocks"], len({int(s) for f in frames for s in f["seed"]})
+    elif "pendulum" in args.tasks:
         frames.append(pendulum(size, args.seeds, tuple(args.arms), **options))
-    if "stocks" in args.tasks:
-        stock_rows, pbo = stocks(size, args.seeds, tuple(args.arms), **options)
+    if "stocks" in args.tasks and not args.combine:
+        stock_rows, trials = stocks(size, args.seeds, tuple(args.arms), args.first_seed, **options)
         frames.append(stock_rows)
+        if args.save:
+            Path(args.save).mkdir(parents=True, exist_ok=True)
+            stock_rows.to_csv(Path(args.save) / "rows.csv", index=False)
+            trials.to_csv(Path(args.save) / "returns.csv")
     results = pd.concat(frames, ignore_index=True)
+    pbo, tests = None, None
+    if trials is not None:
+        from finance.overfitting import probability_of_backtest_overfitting
+
+        runs = trials.drop(columns="equal_weight")
+        hold = trials["equal_weight"]
+        print(f"equal-weight buy-and-hold on the same days: Sharpe {hold.mean() / hold.std() * math.sqrt(252):.3g}, "
+              f"return {100 * ((1 + hold).prod() - 1):.3g}%")
+        pbo = probability_of_backtest_overfitting(runs, n_splits=16) if runs.shape[1] > 1 else None
+        if any(c.startswith("tournament ") for c in runs) and runs.shape[1] > 1:
+            tests = against(runs, hold)
     budgets = {"pendulum": f"pendulum {BUDGETS['pendulum'][size].total:,} env steps",
                "stocks": f"stocks {BUDGETS['stocks'][size].total:,} per window x {STOCK_WINDOWS[size]}"}
     print(f"\nsize={size}, {args.seeds} seeds, {PODS} pods; per arm and seed: "
@@ -290,6 +365,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
           + f"; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print("test: pendulum = mean return on 64 held-out start states; stocks = Sharpe of the stitched "
           f"walk-forward ({STOCK_WINDOWS[size]} one-year out-of-sample windows)")
+    print(f"valid (every arm's selection score, fitness={options.get('fitness', 'auto')!r}): "
+          + "; ".join(f"{t} = {validation_units(t, options.get('fitness', 'auto'))}" for t in args.tasks))
     print(summarize(results).to_string(float_format=lambda x: f"{x:.3g}"))
     for task, group in results.groupby("task", sort=False):
         # Does the selection score predict the held-out one? If not, no selection rule can help.
@@ -300,7 +377,23 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         print(f"\nstocks PBO over {(results.task == 'stocks').sum()} trials (arm x seed walk-forwards, daily "
               f"out-of-sample returns, CSCV S=16): {pbo.pbo:.2f}; degradation slope {pbo.degradation_slope:.2f}; "
               f"P(OOS loss) {pbo.prob_oos_loss:.2f}")
+    if tests is not None:
+        print("\nstocks, the tournament's out-of-sample returns against one pod and equal weight (annual Sharpe "
+              "ratios; p: Ledoit-Wolf HAC, two-sided):")
+        print(tests[0].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        print("SPA (best tournament seed by mean return, 1,000 stationary-bootstrap resamples):")
+        print(tests[1].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     return results
+
+
+def validation_units(task: str, fitness: Any) -> str:
+    """What the ``valid`` column holds for ``task`` under the tournament's ``fitness`` setting."""
+    spec = fitness if fitness != "auto" else fitness_for_task("stock_trading") if task == "stocks" else None
+    built = make_fitness(spec)
+    if isinstance(built, EvalReturn):
+        return ("mean return on 32 start states" if task == "pendulum" else
+                "return over the validation year, % of initial cash")
+    return built.describe(VALID_DAYS - 1) if hasattr(built, "describe") else repr(built)
 
 
 if __name__ == "__main__":

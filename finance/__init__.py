@@ -59,8 +59,9 @@ from finance.planted import (PLANTED_STRENGTHS, PlantedMarket, conditional_mean_
 # combinatorial purged cross-validation) x scores (mean, Sharpe, its lower bound, PSR, DSR).
 from finance.validation import (SCORES, CombinatorialPurged, ConsecutiveWindows, Selection, SingleSplit, Split,
                                 select, select_on, window_scores)
-# The tournament's fitness on the validation split: windows of the backtest's daily returns, scored.
-from finance.fitness import WindowedFitness
+# The tournament's fitness on the validation split: windows of the backtest's daily returns, scored
+# (the trading tasks' default, DEFAULT_FITNESS).
+from finance.fitness import DEFAULT_FITNESS, WindowedFitness
 
 # The interactive backtest: one function per setting (policy, dates, cost, turbulence, cash) and its panel.
 # (ipywidgets is imported only when the panel is built.)
@@ -98,7 +99,7 @@ __all__ = [
     "signal_sharpe",
     # validation schemes and scores
     "SCORES", "CombinatorialPurged", "ConsecutiveWindows", "Selection", "SingleSplit", "Split", "select", "select_on",
-    "window_scores", "WindowedFitness",
+    "window_scores", "DEFAULT_FITNESS", "WindowedFitness",
     # interactive backtest
     "Controls", "interactive_backtest", "run_backtest",
 ]

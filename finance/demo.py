@@ -3,7 +3,9 @@
 1. ``prepare_market``: 20 US stocks, indicators and turbulence, scaler fitted on 2005-2016;
    validation 2017-2018; test 2019-2022.
 2. A tournament of PPO pods trains on the training years (one-year episodes from random days)
-   and scores each generation on the validation years.
+   and scores each generation on the validation years: the annualised Sharpe ratio averaged over
+   4 consecutive half-year windows of 2017-2018 (``finance.DEFAULT_FITNESS``, the trading tasks'
+   ``fitness="auto"``; docs/results/selection_power.md says why).
 3. The best agent and the top-k ensemble are backtested on the test years beside equal-weight
    buy-and-hold, the S&P 500 and the minimum-variance portfolio, with the same costs; every
    Sharpe ratio gets a block-bootstrap confidence interval, and every strategy its excess return,
@@ -38,6 +40,7 @@ import pandas as pd
 import torch
 
 import podracer
+from podracer.tournament.fitness import EvalReturn, make_fitness
 from finance.backtest import BacktestResult, backtest, compare, min_variance_weights
 from finance.data import load_benchmark, load_prices
 from finance.env import DEFAULT_EXECUTION
@@ -91,7 +94,7 @@ def train_env(market: MarketData, num_envs: int = PRESET.num_envs) -> Any:
 
 
 def eval_env(market: MarketData, split: str = "valid") -> Any:
-    """One deterministic account over the whole split; its return is the score (% of cash)."""
+    """One deterministic account over the whole split, backtested to score each entry (``score_units``)."""
     return market.env(split, 1, dtype=torch.float32)
 
 
@@ -105,6 +108,15 @@ def run_tournament(market: MarketData, store: Path, pods: int, generation_steps:
                                      seed=seed, threads_per_pod=1, backend=backend, address=address)
     tournament.run(progress="auto")
     return tournament
+
+
+def score_units(tournament: podracer.Tournament, market: MarketData) -> str:
+    """The board's ``score`` in words: the tournament's fitness over the validation years."""
+    fitness = make_fitness(tournament.config.fitness)
+    years = f"{market.close['valid'].index[0].year}-{market.close['valid'].index[-1].year}"
+    if isinstance(fitness, EvalReturn):
+        return f"% return over {years}"
+    return f"{fitness.describe(len(market.close['valid']))}, {years}"
 
 
 def single_pod(market: MarketData, steps: int, seed: int, verbose: bool = True) -> Any:
@@ -340,7 +352,7 @@ def walk_forward_windows(ppo: list[WalkForwardResult], rebalanced: list[WalkForw
 def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFrame, seeds: list[BacktestResult],
                 guards: pd.DataFrame, wf_table: pd.DataFrame, wf_windows: pd.DataFrame, wf_steps: int,
                 board: pd.DataFrame, comparison: pd.DataFrame, spa: SPAResult,
-                execution: str = DEFAULT_EXECUTION) -> str:
+                execution: str = DEFAULT_EXECUTION, units: str = "% return over 2017-2018") -> str:
     pct = f"{CONFIDENCE:.0%}"
     return "\n".join([
         "# Podracer finance demo",
@@ -400,7 +412,7 @@ def report_text(size: str, elapsed: float, market: MarketData, table: pd.DataFra
         wf_table.to_markdown(), "",
         "Per test window:", "",
         wf_windows.to_markdown(), "",
-        "## Leaderboard (validation score: % return over 2017-2018)", "",
+        f"## Leaderboard (validation score: {units})", "",
         board.head(10).to_markdown(floatfmt=".3g"), "",
         "![equity](equity.png)", "",
     ])
@@ -484,7 +496,7 @@ def run_demo(args: argparse.Namespace) -> Path:
     walks = walk_forward_table(ppo_walks, rebalanced), walk_forward_windows(ppo_walks, rebalanced)
     report.write_text(report_text(args.size, elapsed, market, table, seeds, guards, *walks,
                                   sizes["walk_forward_steps"], board_summary(board), comparison, spa,
-                                  execution=test_env.execution))
+                                  execution=test_env.execution, units=score_units(tournament, market)))
     print(f"\n{table.to_string(float_format=lambda x: f'{x:.3f}')}")
     print(f"\n{comparison.to_string(float_format=lambda x: f'{x:.3f}')}\n{comparison_verdict(comparison, spa)}")
     print(f"\n{guards.to_string()}")

@@ -47,9 +47,11 @@ def register() -> None:
     podracer.register_presets(PRESETS_FILE)
     podracer.register_env("stock_trading", stock_trading_env)
     podracer.register_env("portfolio", portfolio_env)
-    # The tournaments' fitness on a validation split: the opt-in "windowed" (finance/fitness.py).
-    from finance.fitness import WindowedFitness
+    # The tournaments' fitness on a validation split (finance/fitness.py): "windowed", and what
+    # fitness="auto" means for the trading tasks; fitness="return" keeps the mean eval return.
+    from finance.fitness import DEFAULT_FITNESS, WindowedFitness
 
-    register_fitness("windowed", WindowedFitness)
+    settings = {k: v for k, v in DEFAULT_FITNESS.items() if k != "name"}
+    register_fitness("windowed", WindowedFitness, tasks=("stock_trading", "portfolio"), **settings)
     for factory in ("finance.env:StockTradingVecEnv", "finance.portfolio_env:PortfolioVecEnv", "finance.demo:train_env", "finance.demo:eval_env"):
         register_factory(factory)

@@ -32,6 +32,9 @@ def test_demo_writes_report_with_agents_baselines_guards_and_walk_forward(tmp_pa
     board = pd.read_csv(tmp_path / "leaderboard.csv")
     assert len(board) == 2 * demo.SIZES["smoke"]["generations"]
     assert board["score"].notna().all()
+    # The board's score is the trading tasks' default fitness, and the report says in what units.
+    assert "## Leaderboard (validation score: annualised Sharpe ratio, mean of 4 consecutive windows of 12" in text
+    assert board["window_scores"].notna().all()
 
     # Every strategy's Sharpe ratio sits inside its bootstrap interval; equal weight against itself: beta 1.
     results = markdown_table(text, "## Test period").astype(float)

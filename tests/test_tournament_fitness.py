@@ -66,17 +66,20 @@ def test_the_setting_round_trips_and_older_stores_keep_the_mean_eval_return():
     assert TournamentConfig().differences(TournamentConfig(fitness=None)) == ["fitness: 'auto' != None"]
 
 
-def test_auto_means_the_eval_envs_task_default_else_the_mean_eval_return(monkeypatch):
+def test_auto_means_the_eval_envs_task_default_else_the_mean_eval_return():
     assert isinstance(make_fitness("auto", pendulum_env()), EvalReturn)
     assert isinstance(make_fitness(None, tiny_eval_env()), EvalReturn)
-    assert isinstance(make_fitness("auto", tiny_eval_env()), EvalReturn)  # "windowed" is opt-in for now
-    # What register_fitness("windowed", WindowedFitness, tasks=("stock_trading",), n_windows=4) sets up:
-    monkeypatch.setitem(fitness_module._TASK_DEFAULTS, "stock_trading", {"name": "windowed", "n_windows": 4})
-    auto = make_fitness("auto", tiny_eval_env())
-    assert isinstance(auto, WindowedFitness) and auto.settings == {"n_windows": 4}
-    assert isinstance(make_fitness("auto", pendulum_env()), EvalReturn)
+    assert isinstance(make_fitness("return", tiny_eval_env()), EvalReturn)  # the old score, by name
+    for env in (tiny_eval_env(), finance.PortfolioVecEnv(tiny_market().close["valid"])):  # both trading tasks
+        auto = make_fitness("auto", env)
+        assert isinstance(auto, WindowedFitness) and finance.DEFAULT_FITNESS["name"] == "windowed"
+        assert (auto.scheme, auto.score, auto.annualize) == ("windows", "sharpe", True)
+        assert auto.settings == {"n_windows": 4}
     fitness = make_fitness({"name": "windowed", "n_windows": 3, "score": "mean"})
     assert (fitness.scheme, fitness.score, fitness.settings) == ("windows", "mean", {"n_windows": 3})
+    assert fitness.describe() == "annualised mean return, mean of 3 consecutive windows"
+    assert make_fitness("auto", tiny_eval_env()).describe(260) == \
+        "annualised Sharpe ratio, mean of 4 consecutive windows of 64 days"
 
 
 def test_the_windowed_fitness_refuses_an_env_it_cannot_backtest_or_a_split_too_short():
@@ -93,15 +96,23 @@ def test_windowed_fitness_is_the_mean_sharpe_ratio_of_consecutive_windows_of_the
     def policy(obs):  # follows the planted signal (the last feature per stock): buys what it predicts up
         return torch.tanh(obs[:, -3:] * 5.0)
 
-    result = WindowedFitness("windows", "sharpe", n_windows=4)(policy, env)
-    r = finance.backtest(policy, env, baselines=False).returns().to_numpy()
+    per_period = WindowedFitness("windows", "sharpe", annualize=False, n_windows=4)(policy, env)
+    run = finance.backtest(policy, env, baselines=False)
+    r = run.returns().to_numpy()
     w = (len(r) - 1) // 4
     windows = r[len(r) - 4 * w:].reshape(4, w)
     sharpe = windows.mean(axis=1) / windows.std(axis=1, ddof=1)
-    assert result.window_scores == pytest.approx(sharpe) and result.score == pytest.approx(sharpe.mean())
-    assert result.score_std == pytest.approx(sharpe.std(ddof=1)) and result.returns == pytest.approx(r)
-    mean = WindowedFitness("single", "mean")(policy, env)
+    assert per_period.window_scores == pytest.approx(sharpe) and per_period.score == pytest.approx(sharpe.mean())
+    assert per_period.score_std == pytest.approx(sharpe.std(ddof=1)) and per_period.returns == pytest.approx(r)
+    # By default in the units of every Sharpe ratio the reports show: annualised, sqrt(252) here.
+    annual = WindowedFitness("windows", "sharpe", n_windows=4)(policy, env)
+    assert run.bars_per_year == 252 and annual.score == pytest.approx(sharpe.mean() * math.sqrt(252))
+    assert annual.window_scores == pytest.approx(sharpe * math.sqrt(252))
+    mean = WindowedFitness("single", "mean", annualize=False)(policy, env)
     assert len(mean.window_scores) == 1 and mean.score == pytest.approx(r[1:].mean()) and mean.score_std is None
+    assert WindowedFitness("single", "mean")(policy, env).score == pytest.approx(252 * r[1:].mean())
+    with pytest.raises(ValueError, match="annualize must be True or False"):
+        WindowedFitness(annualize="yes")
 
 
 # ---------------------------------------------------------------------------- a pod scores as configured
@@ -134,6 +145,41 @@ def test_a_pod_with_the_default_fitness_submits_the_mean_eval_return(tmp_path):
     pod.board.submit(pod.board.load_agent(entry), -1.0)  # a second trial, as a board without returns has
     with pytest.raises(ValueError, match="kept no validation returns.*market.env\\('valid'\\)"):
         finance.trial_returns_from_leaderboard(pod.board)
+
+
+def test_a_trading_pod_scores_on_windows_by_default_and_as_told_otherwise(tmp_path):
+    auto = TournamentConfig(agent_config=TINY_PPO, pods=1, generations=1)  # fitness="auto", the default
+    default = Pod(PodSpec(str(tmp_path / "auto"), 0, auto, tiny_train_env, tiny_eval_env))
+    assert isinstance(default.fitness, WindowedFitness) and default.fitness.settings == {"n_windows": 4}
+    config = TournamentConfig(agent_config=TINY_PPO, pods=1, generation_steps=128, generations=1, seed=3,
+                              fitness="return")  # the score before the windows: the mean eval return, by name
+    pod = Pod(PodSpec(str(tmp_path / "return"), 0, config, tiny_train_env, tiny_eval_env))
+    entry = pod.run_generation(pod.board.claim(0))
+    direct = podracer.evaluate(pod.board.load_agent(entry), tiny_eval_env(), seed=config.eval_seed)
+    assert isinstance(pod.fitness, EvalReturn) and entry.score == pytest.approx(direct["eval/return_mean"])
+    assert entry.window_scores is None and entry.returns is None
+
+
+def test_a_tournament_keeps_the_fitness_it_began_with_when_resumed(tmp_path, monkeypatch):
+    factories = dict(make_env=tiny_train_env, make_eval_env=tiny_eval_env)
+    settings = dict(agent_config=TINY_PPO, pods=1, generations=1, generation_steps=128)
+    run = tmp_path / "run"
+    t = podracer.Tournament(tiny_train_env, tiny_eval_env, store=run, **settings)
+    assert t.config.fitness == finance.DEFAULT_FITNESS  # "auto", resolved once for the eval env's task
+    assert TournamentConfig.from_yaml(run / "tournament.yaml").fitness == finance.DEFAULT_FITNESS
+    # A later release changes the task's default: the store goes on as it began.
+    monkeypatch.setitem(fitness_module._TASK_DEFAULTS, "stock_trading", {"name": "return"})
+    assert podracer.Tournament.from_store(run, **factories).config.fitness == finance.DEFAULT_FITNESS
+    with pytest.raises(ValueError, match="different tournament \\(fitness: .*from_store"):
+        podracer.Tournament(tiny_train_env, tiny_eval_env, store=run, **settings)  # "auto" now means another
+    # A store written before tasks had defaults says "auto": it meant the mean eval return, and still does.
+    old = TournamentConfig.from_yaml(run / "tournament.yaml")
+    old.fitness = "auto"
+    (tmp_path / "old").mkdir()
+    old.to_yaml(tmp_path / "old" / "tournament.yaml")
+    assert podracer.Tournament.from_store(tmp_path / "old", **factories).config.fitness is None
+    assert podracer.Tournament(pendulum_env, pendulum_env, store=tmp_path / "p", generations=1).config.fitness == \
+        {"name": "return"}
 
 
 # ---------------------------------------------------------------------------- the board

@@ -146,3 +146,21 @@ def test_selection_power_benchmark_runs_tiny(capsys):
     assert (none["P(best)"] == "n/a (no best)").all()  # ic = 0: every candidate's true skill is 0
     assert table[table.strength == "easy"]["_p"].between(0, 1).all()
     assert "recommended: scheme=" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # ~1 s on an idle core
+def test_selection_power_split_mode_cuts_one_split_into_windows(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_power.py"
+    spec = importlib.util.spec_from_file_location("bench_selection_power", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    table = bench.main(["--mode", "split", "--reps", "2", "--strengths", "none,easy"])
+    assert len(table) == 2 * len(bench.VALID_SPANS) * len(bench.SPLIT_WINDOWS)
+    assert list(table["scheme"][:4]) == ["2y / 1", "2y / 2", "2y / 4", "2y / 8"]
+    assert list(table["score"][:4]) == ["503d", "251d", "125d", "62d"]  # (504 - 1) // k days each
+    one = table[table["scheme"].str.endswith("/ 1")]
+    assert (one["false sep"] == "n/a").all()  # one window: no paired standard error, nothing separated
+    assert "recommended" not in capsys.readouterr().out

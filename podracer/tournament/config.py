@@ -81,9 +81,11 @@ class TournamentConfig:
     perturb_factors: tuple[float, ...] = (0.8, 1.25)  # PBT: each mutable hparam is multiplied by one of these
     resample_prob: float = 0.1  # PBT: chance a hparam is redrawn from its bounds instead
     eval_seed: int = 10_000  # validation episodes start from make_eval_env().reset(eval_seed): same for all
-    # What a generation is scored on (fitness.py): None, the mean eval return; "auto", the eval env's
-    # task's registered default (finance: "windowed", the validation split cut into windows scored by
-    # their Sharpe ratio), else the mean eval return; or a registered name or {"name": ..., **settings}
+    # What a generation is scored on (fitness.py): None or "return", the mean eval return; "auto", the
+    # eval env's task's registered default (finance's trading tasks: "windowed", the validation split
+    # cut into 4 windows scored by their annualised Sharpe ratio), else the mean eval return; or a
+    # registered name or {"name": ..., **settings}. A Tournament resolves "auto" when it creates its
+    # store and keeps the result, so a resumed run scores as it began.
     fitness: str | dict[str, Any] | None = "auto"
     replace_failed: bool = True  # start a new pod when one dies
     # Give up (raise) when one pod has failed more than this many times in a run, counted as Ray Tune counts

@@ -14,6 +14,12 @@ task's registered default, else the mean eval return), a registered name, or a m
 tournament.yaml can name only registered fitnesses, never an import path: no code is run that
 the installed packages did not register.
 
+A tournament resolves ``"auto"`` once, when its store is created (``resolve_auto``), and its
+tournament.yaml keeps the result: a run resumed after a release changes a task's default goes on
+scoring as it began, and every entry of one board is in the same units. A tournament.yaml that
+still says ``"auto"`` was written before tasks had defaults, when it meant the mean eval return
+(``saved_fitness``).
+
 Per-window scores are what make the board's noise estimate paired: two agents scored on the same
 windows differ by the mean of their per-window differences, with the standard error of that mean
 (``paired_difference``). ``Pod.leading`` exploits a leader only when that difference survives it.
@@ -30,7 +36,7 @@ from podracer.evaluate import evaluate
 from podracer.plugins import load_domains
 
 __all__ = ["FITNESS_DEFAULT", "FitnessResult", "EvalReturn", "check_fitness", "fitness_for_task", "make_fitness",
-           "paired_difference", "register_fitness", "registered_fitnesses"]
+           "paired_difference", "register_fitness", "registered_fitnesses", "resolve_auto", "saved_fitness"]
 
 FITNESS_DEFAULT = "return"  # the core's fitness: the mean return over the eval env's episodes
 
@@ -103,6 +109,26 @@ def check_fitness(spec: Any) -> str | dict[str, Any] | None:
     spec = dict(spec)
     _build(dict(spec))
     return spec
+
+
+def resolve_auto(spec: str | dict[str, Any] | None, make_eval_env: Callable[[], Any]) -> str | dict[str, Any] | None:
+    """``spec`` with ``"auto"`` replaced by what it means for the task of the env ``make_eval_env()``
+    builds (built once, here, only for ``"auto"``): ``{"name": ..., **settings}``. Other specs as given."""
+    if spec != "auto":
+        return spec
+    env = make_eval_env()
+    try:
+        return fitness_for_task(getattr(env, "task", None))
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
+
+def saved_fitness(spec: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """The fitness a store's tournament.yaml ran with: ``"auto"`` there was written before tasks had
+    defaults (tournaments now resolve it when created), when it meant the mean eval return."""
+    return None if spec == "auto" else spec
 
 
 def make_fitness(spec: str | dict[str, Any] | None, eval_env: Any = None) -> Fitness:

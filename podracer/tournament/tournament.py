@@ -32,6 +32,7 @@ from podracer.tournament.config import (TournamentConfig, callable_spec, check_p
                                         resolve_callable)
 from podracer.tournament.ensemble import (COMBINE, DIVERSITY, SELECT, Ensemble, action_similarity, check_choice,
                                           returns_similarity, score_weights, select_diverse)
+from podracer.tournament.fitness import resolve_auto, saved_fitness
 from podracer.tournament.leaderboard import Leaderboard
 from podracer.tournament.pod import PodSpec
 from podracer.tournament.progress import Progress
@@ -74,6 +75,8 @@ class Tournament:
             agent=agent_name(agent), agent_config=dict(agent_config or {}), pods=pods,
             generation_steps=generation_steps, generations=generations, time_budget=time_budget, seed=seed,
             backend=backend, make_env=callable_spec(make_env), make_eval_env=callable_spec(make_eval_env), **options)
+        # "auto" becomes the eval env's task's fitness now, and the store keeps it (fitness.py)
+        self.config.fitness = resolve_auto(self.config.fitness, make_eval_env)
         agent_cls = resolve_agent(self.config.agent)
         make_config(agent_cls.config_cls, self.config.agent_config)  # unknown keys: an error now, not in every pod
         if self.config.preset not in ("auto", None):
@@ -84,7 +87,9 @@ class Tournament:
         self.storage = open_storage(self.config.storage_path, self.config.storage_sync_s)  # see storage.py
         saved = self.store / "tournament.yaml"
         if saved.exists():
-            diff = TournamentConfig.from_yaml(saved).differences(self.config)
+            before = TournamentConfig.from_yaml(saved)
+            before.fitness = saved_fitness(before.fitness)
+            diff = before.differences(self.config)
             if diff:
                 raise ValueError(f"{saved} describes a different tournament ({'; '.join(diff)}); use a new store, "
                                  f"or Tournament.from_store({str(self.store)!r}) to resume that one")
@@ -130,6 +135,7 @@ class Tournament:
                                     f"check the path, or start a new run there with Tournament(...)")
         allow = list(allow or ())
         cfg = TournamentConfig.from_yaml(path).to_dict()
+        cfg["fitness"] = saved_fitness(cfg["fitness"])  # as the run began, whatever "auto" means today
         env_specs = {k: cfg.pop(k) for k in ("make_env", "make_eval_env")}
         factories = {"make_env": make_env, "make_eval_env": make_eval_env}
         for k, fn in factories.items():
