@@ -38,7 +38,6 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from finance.data.checks import check_numeric
 
@@ -124,6 +123,7 @@ def psr_from_moments(sharpe: float, num_obs: int, skew: float, kurtosis: float,
         kurtosis: γ4, kurtosis, NOT excess kurtosis (3 for normal).
         benchmark_sharpe: SR*, per period.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     if num_obs < 2:
         raise ValueError(f"num_obs must be at least 2, got {num_obs}")
     if kurtosis < 1.0:
@@ -166,6 +166,7 @@ def probabilistic_sharpe_ratio(returns: pd.Series | np.ndarray, benchmark_sharpe
 
 def _psr(r: np.ndarray, benchmark_sharpe: float) -> float:
     """The PSR of checked returns ``r`` against a per-period ``benchmark_sharpe``."""
+    from scipy import stats  # on use: keeps `import finance` light
     sr = r.mean() / r.std(ddof=1)
     return psr_from_moments(sr, len(r), float(stats.skew(r)), float(stats.kurtosis(r, fisher=False)),
                             benchmark_sharpe)
@@ -181,6 +182,7 @@ def expected_max_sharpe(num_trials: int, trials_sharpe_std: float) -> float:
     N >= 10, a few % high below), scaled by the spread of the trials' Sharpe ratios. One trial has
     nothing to select from: SR0 = 0. Same units as ``trials_sharpe_std``.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     if isinstance(num_trials, bool) or not float(num_trials).is_integer() or num_trials < 1:
         raise ValueError(f"num_trials must be a whole number >= 1 (every strategy tried, kept or not), "
                          f"got {num_trials!r}")

@@ -36,7 +36,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import signal as scipy_signal
 
 from finance.data.checks import FIELDS, check_int, check_number
 from finance.features import DEFAULT_INDICATORS, FeatureScaler, add_features, split_by_date, turbulence
@@ -62,6 +61,7 @@ def _check_unit(value: float, name: str, high_open: bool = True) -> float:
 def _ar1(innovations: np.ndarray, persistence: float) -> np.ndarray:
     """Stationary AR(1) with unit variance along axis 0 from standard normal ``innovations``:
     z[0] = u[0], z[t] = phi z[t-1] + sqrt(1 - phi^2) u[t]. Row t uses rows <= t only (causal)."""
+    from scipy import signal as scipy_signal  # on use: keeps `import finance` light
     scaled = innovations.copy()
     scaled[1:] *= math.sqrt(1.0 - persistence**2)
     return scipy_signal.lfilter([1.0], [1.0, -persistence], scaled, axis=0)

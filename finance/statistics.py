@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from finance.data.checks import check_numeric
 from finance.overfitting import _check_returns, _per_period, _warn_if_annualised
@@ -104,6 +103,7 @@ def sharpe_difference_test(returns_a: pd.Series | np.ndarray, returns_b: pd.Seri
             by sqrt(periods_per_year); None reports them per period.
         kernel, bandwidth: the HAC estimate's kernel and bandwidth (lags); ignored by ``"memmel"``.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     if method not in SHARPE_DIFFERENCE_METHODS:
         raise ValueError(f"unknown method {method!r}; use 'hac' (Ledoit & Wolf 2008) or 'memmel' (Jobson & Korkie "
                          "with Memmel's correction)")
@@ -170,6 +170,7 @@ def min_track_record_from_moments(sharpe: float, skew: float, kurtosis: float, b
     γ3 the skewness, γ4 the (Pearson, not excess) kurtosis, c the confidence. Infinite when
     SR^ <= SR*: no track record that keeps these statistics ever shows SR > SR*.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), 0.95 for 95%, got {confidence}")
     if kurtosis < 1.0:
@@ -199,6 +200,7 @@ def minimum_track_record_length(returns: pd.Series | np.ndarray, benchmark_sharp
         confidence: c, e.g. 0.95.
         periods_per_year: bars per year when ``benchmark_sharpe`` is annualised.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     r = _check_returns(check_numeric(returns, "returns"))
     sr = r.mean() / r.std(ddof=1)
     benchmark = _per_period(benchmark_sharpe, periods_per_year, "benchmark_sharpe")

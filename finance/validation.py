@@ -48,7 +48,6 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from finance.data.checks import check_int
 from finance.overfitting import expected_max_sharpe
@@ -190,6 +189,7 @@ def window_scores(returns: np.ndarray | pd.DataFrame, score: str = "sharpe", *, 
     candidates' count; pass every trial run, e.g. the board's size). PSR and DSR agree with
     ``finance.probabilistic_sharpe_ratio`` and ``finance.deflated_sharpe_ratio``.
     """
+    from scipy import stats  # on use: keeps `import finance` light
     if score not in SCORES:
         raise ValueError(f"unknown score {score!r}; choose from {SCORES}")
     r = np.asarray(returns, dtype=np.float64)

@@ -42,3 +42,12 @@ def test_training_imports_no_pandas_and_every_public_name_still_imports():
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["after_training"] == []
     assert set(podracer.__all__) <= set(result["dir"])
+
+
+def test_import_finance_leaves_scipy_for_the_statistics_that_use_it():
+    """Every README block, lesson kernel and CLI run pays ``import finance``: scipy.stats (about a
+    second of CPU) is imported by the functions that use it, not by the package."""
+    child = "import sys, finance; print(sorted(m for m in ('scipy.stats', 'scipy.signal') if m in sys.modules))"
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[]"
