@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -178,11 +178,16 @@ class HoldCheck:
 
 def check_hold(agent: str, task: str, target: float, margin: float, seeds: Sequence[int] = range(5),
                env_scales: Sequence[float] = (1.0, 0.5, 2.0), budget_factor: int = 3, evals_per_budget: int = 10,
-               eval_envs: int = 10, device: str = "cpu", **config: Any) -> HoldCheck:
+               eval_envs: int = 10, device: str = "cpu", stagger_time_limits: bool = True,
+               make_train_env: Callable[[int], Any] | None = None, make_eval_env: Callable[[], Any] | None = None,
+               **config: Any) -> HoldCheck:
     """Train ``agent`` with its preset for ``task`` for ``budget_factor`` times the preset's
     ``total_steps``, once per seed and sub-env count (the preset's ``num_envs`` times each of
     ``env_scales``), evaluating ``evals_per_budget`` times per budget (deterministic policy,
-    ``eval_envs`` episodes from the same seed every time). ``config`` overrides preset fields."""
+    ``eval_envs`` episodes from the same seed every time). ``config`` overrides preset fields;
+    ``stagger_time_limits`` is ``podracer.train``'s (on, as users train; off to compare).
+    ``make_train_env(num_envs)`` and ``make_eval_env()`` replace ``make_env(task, ...)`` for a
+    preset whose target is scored elsewhere (finance: one account over the validation years)."""
     seeds = check_seeds(seeds)
     if isinstance(budget_factor, bool) or not isinstance(budget_factor, numbers.Integral) or budget_factor < 1:
         raise ValueError(f"budget_factor must be a whole number >= 1, got {budget_factor!r}")
@@ -194,10 +199,12 @@ def check_hold(agent: str, task: str, target: float, margin: float, seeds: Seque
         num_envs = max(int(round(preset.num_envs * scale)), 1)
         for seed in seeds:
             seed_everything(seed)
-            env = make_env(task, num_envs=num_envs, device=device)
+            env = make_env(task, num_envs=num_envs, device=device) if make_train_env is None else make_train_env(num_envs)
+            eval_env = make_env(task, num_envs=eval_envs, device=device) if make_eval_env is None else make_eval_env()
             learner = make_agent(agent, env, seed=seed, preset=task, verbose=False, **config)
-            _, history = train(learner, env, budget_factor * budget, eval_env=make_env(task, num_envs=eval_envs,
-                               device=device), eval_every=eval_every, seed=seed, progress=False)
+            _, history = train(learner, env, budget_factor * budget, eval_env=eval_env, eval_every=eval_every,
+                               seed=seed, progress=False,
+                               stagger_time_limits=stagger_time_limits)
             runs.append(HoldRun(seed=seed, num_envs=num_envs, result=history_reach_and_hold(history, target, margin),
                                 returns_at=returns_at(history, budget, budget_factor), history=history))
     return HoldCheck(agent=agent, task=task, target=float(target), margin=float(margin), budget=budget, runs=runs)

@@ -35,12 +35,20 @@ def seed_everything(seed: int) -> None:
 
 
 def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = None, eval_every: int = 10_000,
-                     seed: int | None = None, eval_seed: int = 10_000) -> Iterator[dict[str, float]]:
+                     seed: int | None = None, eval_seed: int = 10_000,
+                     stagger_time_limits: bool = True) -> Iterator[dict[str, float]]:
     """Yield a metrics dict after every ``agent.train_step``.
 
     The env is reset first (with ``seed`` when given; ``None`` continues the env's own random
     stream, so two calls see different episodes), then ``agent.begin_training(total_steps)`` lets
     the agent start its per-run state (PPO: reward-scaling return, learning-rate annealing).
+
+    ``stagger_time_limits`` (default on): after the reset, each sub-env's time-limit counter starts
+    at a random step (``TensorVecEnv.stagger_time_limits``, drawn from the env's seeded generator;
+    envs without a time-limit counter are left alone), so that the sub-envs do not all truncate on
+    the same step and each rollout mixes early and late phases of the episode. Without it a
+    Pendulum preset drifted after reaching its target (docs/results/presets.md). The first,
+    shortened episodes are left out of ``charts/episodic_return``. ``eval_env`` is never staggered.
 
     Keys: ``global_step`` (the agent's ``global_step`` after this call: env steps it has trained on
     over its life, summed over sub-envs, so a second run continues the count, as in TensorBoard; an
@@ -54,6 +62,8 @@ def iterate_training(agent: Any, env: Any, total_steps: int, eval_env: Any = Non
     if not isinstance(env, RecordEpisodeStatistics):
         env = RecordEpisodeStatistics(env)
     obs, _ = env.reset(seed=seed)
+    if stagger_time_limits:
+        env.stagger_time_limits()
     if hasattr(agent, "begin_training"):
         agent.begin_training(total_steps)
     first = int(getattr(agent, "global_step", 0))  # steps the agent had trained on before this run
@@ -149,7 +159,7 @@ def training_threads(threads: int | None = None) -> int:
 def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = None, eval_every: int = 10_000,
           seed: int | None = None, log_dir: str | Path | None = None, checkpoint_every: int | None = None,
           progress: bool = True, target_return: float | None = None,
-          threads: int | None = None) -> tuple[Any, pd.DataFrame]:
+          threads: int | None = None, stagger_time_limits: bool = True) -> tuple[Any, pd.DataFrame]:
     """Train ``agent`` on ``env`` for ``total_steps`` env steps (summed over sub-envs).
 
     ``total_steps=None`` takes the step budget of the preset the agent was built from
@@ -162,7 +172,8 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
     ``checkpoint_every`` steps plus ``checkpoints/last.pt``. ``target_return`` stops training at
     the first evaluation whose mean return reaches it. ``threads``: torch threads while training,
     restored after (``training_threads``: default ``PODRACER_NUM_THREADS``, else 1; 0 keeps
-    torch's). Returns ``(agent, history)``.
+    torch's). ``stagger_time_limits``: start the sub-envs' time limits at random steps
+    (``iterate_training``). Returns ``(agent, history)``.
     """
     if total_steps is None:
         preset = getattr(agent, "preset", None)
@@ -191,7 +202,8 @@ def train(agent: Any, env: Any, total_steps: int | None = None, eval_env: Any = 
     if num_threads:
         torch.set_num_threads(num_threads)
     try:
-        for row in iterate_training(agent, env, total_steps, eval_env, eval_every, seed):
+        for row in iterate_training(agent, env, total_steps, eval_env, eval_every, seed,
+                                    stagger_time_limits=stagger_time_limits):
             rows.append(row)
             step = int(row["global_step"])
             bar.update(step - first - bar.n)

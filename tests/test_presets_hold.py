@@ -65,6 +65,31 @@ def test_history_reading_matches_the_train_history_and_budget_multiples():
     assert at[2] == evals["eval/return_mean"].iloc[-1]
 
 
+def test_check_hold_trains_and_scores_on_the_given_env_factories(monkeypatch):
+    """A task scored elsewhere than on make_env(task)'s episodes (finance's validation years): the
+    factories get the scaled sub-env counts, and the evaluations are the given eval env's."""
+    from podracer.agents import registry
+    from podracer.holding import check_hold
+
+    monkeypatch.setitem(registry._PRESETS, ("ppo", "tiny_hold_task"), podracer.Preset(
+        4, 128, {"num_steps": 16, "num_minibatches": 2, "update_epochs": 1, "hidden_sizes": [16]}, "test"))
+    built, scored = [], []
+
+    def make_train_env(n):
+        built.append(n)
+        return podracer.make_env("cartpole", num_envs=n)
+
+    def make_eval_env():
+        scored.append(True)
+        return podracer.make_env("cartpole", num_envs=1)
+
+    check = check_hold("ppo", "tiny_hold_task", target=1.0, margin=0.0, seeds=[0], env_scales=(1.0, 0.5),
+                       budget_factor=2, evals_per_budget=2, make_train_env=make_train_env, make_eval_env=make_eval_env)
+    assert built == [4, 2] and len(scored) == 2
+    assert [r.num_envs for r in check.runs] == [4, 2] and check.holds  # any CartPole episode returns >= 1
+    assert all(r.returns_at[2] >= 1.0 for r in check.runs)
+
+
 # ---------------------------------------------------------------------------- PPO past its budget
 @pytest.fixture
 def one_thread():
@@ -78,16 +103,20 @@ def one_thread():
 
 
 # (task, seed, budgets trained, target, margin): the seed is one that fell after reaching its target
-# with the 1.1 presets (pendulum seed 1: -237 at 30k, then -1,000 at 120k; cartpole seed 0: 500 at
-# 61k, then 221-393 from 82k to 370k).
-PAST_BUDGET = [("pendulum", 1, 2, -250.0, 50.0), ("cartpole", 0, 2, 475.0, 25.0)]
+# with the 1.1 presets (pendulum seed 2: -254 at 50k, then -555 at 250k in issue 38; here -245 at 31k,
+# then -406 and -647 at 61k and 121k; cartpole seed 0: 500 at 61k, then 221-393 from 82k to 370k).
+# The current presets train with staggered time limits, podracer.train's default; the 1.1 pendulum
+# preset trained so fails here too (-349, -386 and -297 from 151k to 212k), so the case checks the
+# preset's settings, not only the staggering.
+PAST_BUDGET = [("pendulum", 2, 2, -250.0, 50.0), ("cartpole", 0, 2, 475.0, 25.0)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task,seed,budgets,target,margin", PAST_BUDGET, ids=[p[0] for p in PAST_BUDGET])
 def test_ppo_preset_holds_its_target_past_the_budget(task, seed, budgets, target, margin, one_thread):
     """Issue 38: a user who trains on past the preset's budget keeps what the preset reached: every
-    evaluation from the budget on is within ``margin`` of the target."""
+    evaluation from the first reach on, through the budget and past it, is within ``margin`` of the
+    target (the holding criterion, on one seed)."""
     preset = podracer.get_preset("ppo", task)
     podracer.seed_everything(seed)
     env = podracer.make_env(task, num_envs=preset.num_envs)
@@ -101,3 +130,4 @@ def test_ppo_preset_holds_its_target_past_the_budget(task, seed, budgets, target
     assert result.reached, f"PPO never reached {target} on {task}: evaluations {trace}"
     assert len(past) >= 5 and (past >= target - margin).all(), (
         f"PPO on {task} fell more than {margin} below {target} after its budget: evaluations {trace}")
+    assert result.holds, f"PPO on {task} fell more than {margin} below {target} after reaching it: evaluations {trace}"

@@ -24,8 +24,9 @@ def _tiny_agent(env, seed: int = 0):
 
 def test_train_writes_logs_and_checkpoints(tmp_path):
     env, eval_env = PendulumVecEnv(num_envs=8, max_episode_steps=40), PendulumVecEnv(num_envs=2)
+    # Time limits in step (not staggered), so that the episodes end on known steps.
     agent, history = podracer.train(_tiny_agent(env), env, 64 * 10, eval_env=eval_env, eval_every=256, seed=0,
-                                    log_dir=tmp_path, checkpoint_every=320, progress=False)
+                                    log_dir=tmp_path, checkpoint_every=320, progress=False, stagger_time_limits=False)
     assert len(history) == 10 and history["global_step"].tolist() == [64.0 * (i + 1) for i in range(10)]
     for col in ("global_step", "env_steps", "loss/actor", "loss/critic", "charts/entropy", "charts/approx_kl",
                 "charts/clipfrac", "charts/learning_rate", "charts/steps_per_second", "time/wall_s", "time/train_s",

@@ -148,6 +148,29 @@ class TensorVecEnv:
         if self.validate_actions:
             check_actions(actions, self.num_envs, self.single_action_space, self.device)
 
+    def stagger_time_limits(self) -> torch.Tensor | None:
+        """Start each sub-env's time-limit counter at a random step in ``[0, max_episode_steps)``.
+
+        Call right after ``reset``. Sub-envs reset together also truncate together, so without
+        this every rollout of a short-rollout learner (PPO's 16 steps) comes from one phase of
+        the episode in all sub-envs, and the value targets at truncation are correlated across
+        the batch; legged_gym randomises the initial episode length for the same reason. Only
+        the counter moves: the state is the reset's, so each sub-env's first episode is shorter.
+        The training loop calls this (``podracer.train(..., stagger_time_limits=True)``);
+        evaluation never does, so evaluation episodes stay full length from step 0.
+
+        Works for any subclass with an ``elapsed`` counter tensor ``(num_envs,)`` and a
+        ``max_episode_steps`` limit (Pendulum, CartPole). The offsets come from ``self.rng``, so
+        they are reproducible from ``reset(seed)``. Returns the offsets ``(num_envs,)``, or None
+        (nothing done) for an env without those two attributes.
+        """
+        elapsed, limit = getattr(self, "elapsed", None), getattr(self, "max_episode_steps", None)
+        if not isinstance(elapsed, torch.Tensor) or limit is None:
+            return None
+        offsets = torch.randint(0, int(limit), (self.num_envs,), generator=self.rng, device=self.device)
+        self.elapsed = offsets.to(elapsed.dtype, copy=True)  # a copy: step and reset change elapsed in place
+        return offsets
+
     @property
     def obs_dim(self) -> int:
         return int(np.prod(self.single_observation_space.shape))
