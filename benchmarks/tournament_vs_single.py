@@ -38,6 +38,15 @@ Tasks:
   runs) and against equal-weight buy-and-hold on the same days: the Sharpe-difference test
   (Ledoit-Wolf HAC, ``finance.sharpe_difference_test``) per seed and on the seed-averaged returns,
   and Hansen's SPA test (``finance.spa_test``) of the tournament's seeds against each benchmark.
+- ``planted`` (``--tasks planted``, not run by default): a market with planted skill
+  (``finance.planted``; ``--strength``, default moderate, a daily information coefficient of 0.04):
+  10 stocks, no drift, the signal the only feature; one market for every arm and seed, train
+  2001-2004, select on 2005, test 2006-2009; 196,608 env steps per arm (``--quick``: 65,536). The
+  test score is the Sharpe ratio on the test years; ``true`` is the pick's true Sharpe ratio, its
+  expected daily return (weights times the conditional mean return, less costs) over 12 years of a
+  fresh sample of the same market (``selection_power.true_skill``). The PBO and the tests against
+  one pod and equal weight are those of ``stocks``, on the test years' daily returns, and the true
+  Sharpe ratios are compared paired by seed.
 
 Wall time is reported but is not the comparison: the tournament's pods are processes with one
 torch thread each, sharing whatever cores the machine has free.
@@ -63,10 +72,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
+import scipy.stats
 import torch
 import yaml
 
 import podracer
+from finance.planted import PLANTED_STRENGTHS
 from podracer.tournament import Tournament, TournamentConfig
 from podracer.tournament.fitness import EvalReturn, fitness_for_task, make_fitness, resolve_auto
 
@@ -93,6 +104,8 @@ class Budget:
 BUDGETS = {
     "pendulum": {"quick": Budget(8_448, 6), "full": Budget(8_448, 12)},
     "stocks": {"quick": Budget(8_192, 2), "full": Budget(8_192, 4)},
+    # One split, not 3 walk-forward windows: 1.5 times one window's steps, half a stock run's in all.
+    "planted": {"quick": Budget(8_192, 2), "full": Budget(8_192, 6)},
 }
 STOCK_WINDOWS = {"quick": 2, "full": 3}
 
@@ -278,6 +291,70 @@ def against(trials: pd.DataFrame, equal_weight: pd.Series) -> tuple[pd.DataFrame
     return pd.DataFrame(rows), pd.DataFrame(spa)
 
 
+# ---------------------------------------------------------------------------- a planted market
+# Where the true skill is known (finance.planted): 10 stocks whose next-day return a persistent
+# signal predicts with a daily information coefficient ``ic``, no drift (holding the market earns
+# nothing, so skill is the signal's use), the signal as the only feature. One market for every arm
+# and seed: train 4 years, select on the next one (as the walk-forward's windows), test on 4.
+PLANTED = dict(tickers=10, indicators=(), annual_drift=0.0)
+PLANTED_SPLITS = dict(train=("2001-01-01", "2004-12-31"), valid=("2005-01-01", "2005-12-31"),
+                      test=("2006-01-01", "2009-12-31"))
+PLANTED_FRESH_SEED = 10_000  # a fresh sample of the same market: 12 years on which to measure true skill
+
+
+def planted_markets(strength: str) -> tuple[Any, Any]:
+    """The planted market the arms train, select and test on, and a fresh sample for the truth."""
+    from finance.planted import planted_market
+
+    ic = PLANTED_STRENGTHS[strength]
+    market = planted_market(ic, seed=0, **PLANTED_SPLITS, **PLANTED)
+    fresh = planted_market(ic, seed=PLANTED_FRESH_SEED, train=("2001-01-01", "2004-12-31"), valid=None,
+                           test=("2005-01-01", "2016-12-31"), **PLANTED)
+    return market, fresh
+
+
+@functools.cache
+def _selection_power() -> Any:
+    """benchmarks/selection_power.py as a module (a script run from any folder: no package import)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_selection_power", Path(__file__).with_name("selection_power.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def true_skill(result: Any, expected_return: pd.DataFrame) -> float:
+    """An agent's true annual Sharpe ratio on a planted market (``selection_power.true_skill``)."""
+    return _selection_power().true_skill(result, expected_return)
+
+
+def planted(size: str, seeds: int, arms: tuple[str, ...] = ARMS, first_seed: int = 0, strength: str = "moderate",
+            **options: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows per (arm, seed) on a planted market: the pick's test Sharpe ratio and its true one
+    (``true``), and the daily test returns with equal weight's beside them (as ``stocks``)."""
+    from finance import demo
+    from finance.backtest import backtest
+
+    budget = BUDGETS["planted"][size]
+    market, fresh = planted_markets(strength)
+    make_env, make_valid = functools.partial(demo.train_env, market), functools.partial(demo.eval_env, market)
+    rows, trials = [], {}
+    for seed in range(first_seed, first_seed + seeds):
+        for arm in arms:
+            agent, facts = train_arm(arm, make_env, make_valid, "stock_trading", budget, seed, **options)
+            result = backtest(agent, market.env("test", 1, dtype=torch.float32), name=f"{arm} {seed}")
+            truth = true_skill(backtest(agent, fresh.env("test", 1, dtype=torch.float32), baselines=False),
+                               fresh.expected_return["test"])
+            m = result.metrics()
+            rows.append({"task": "planted", "arm": arm, "seed": seed, "test": m["sharpe"], "true": truth,
+                         "oos_return_pct": 100 * m["cumulative_return"], **facts})
+            trials[f"{arm} {seed}"] = result.returns()
+            print(_row(rows[-1]), flush=True)
+    trials["equal_weight"] = result.baselines["equal_weight"].returns()
+    return pd.DataFrame(rows), pd.DataFrame(trials).dropna()
+
+
 # ---------------------------------------------------------------------------- report
 def _row(row: dict[str, Any]) -> str:
     return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
@@ -288,6 +365,9 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     g = results.groupby(["task", "arm"], sort=False)
     table = g["test"].agg(["mean", "std", "min", "max"]).add_prefix("test_")
     table["valid_mean"] = g["valid"].mean()
+    if "true" in results:  # planted markets: the agent's true annual Sharpe ratio
+        table["true_mean"] = g["true"].mean()
+        table["true_std"] = g["true"].std()
     table["env_steps"] = g["env_steps"].mean().astype(int)
     table["wall_s"] = g["wall_s"].mean()
     if "stale_starts" in results:  # tournament: generations redone from a superseded parent, summed over seeds
@@ -316,7 +396,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer generations and windows: a few minutes")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
-    parser.add_argument("--tasks", nargs="+", default=["pendulum", "stocks"], choices=["pendulum", "stocks"])
+    parser.add_argument("--tasks", nargs="+", default=["pendulum", "stocks"], choices=["pendulum", "stocks", "planted"],
+                        help="planted: a market with planted skill (finance.planted), not run by default")
+    parser.add_argument("--strength", default="moderate", choices=list(PLANTED_STRENGTHS),
+                        help="planted: the signal's strength (default moderate, a daily IC of 0.04)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="a subset, e.g. to rerun one")
     parser.add_argument("--tournament", nargs="+", default=[], metavar="KEY=VALUE",
                         help="TournamentConfig settings of the tournament arm, e.g. selection=topk top_k=2")
@@ -327,6 +410,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                         help="stocks: no training; the table and tests over the runs these --save folders hold")
     args = parser.parse_args(argv)
     options = tournament_options(parser, args.tournament)
+    if "stocks" in args.tasks and "planted" in args.tasks:
+        parser.error("--tasks takes stocks or planted, not both: each has its own out-of-sample days")
     if args.seeds < 2 and not args.save:
         parser.error("--seeds must be at least 2: the spread over seeds is the point (or --save, then --combine)")
     size = "quick" if args.quick else "full"
@@ -336,11 +421,15 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         trials = pd.concat([pd.read_csv(Path(d) / "returns.csv", index_col=0, parse_dates=True) for d in args.combine],
                            axis=1)
         trials = trials.loc[:, ~trials.columns.duplicated()].dropna()
-        args.tasks, args.seeds = ["stocks"], len({int(s) for f in frames for s in f["seed"]})
+        args.tasks = list(dict.fromkeys(t for f in frames for t in f["task"]))
+        args.seeds = len({int(s) for f in frames for s in f["seed"]})
     elif "pendulum" in args.tasks:
         frames.append(pendulum(size, args.seeds, tuple(args.arms), **options))
-    if "stocks" in args.tasks and not args.combine:
-        stock_rows, trials = stocks(size, args.seeds, tuple(args.arms), args.first_seed, **options)
+    if {"stocks", "planted"} & set(args.tasks) and not args.combine:
+        if "stocks" in args.tasks:
+            stock_rows, trials = stocks(size, args.seeds, tuple(args.arms), args.first_seed, **options)
+        else:
+            stock_rows, trials = planted(size, args.seeds, tuple(args.arms), args.first_seed, args.strength, **options)
         frames.append(stock_rows)
         if args.save:
             Path(args.save).mkdir(parents=True, exist_ok=True)
@@ -359,12 +448,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         if any(c.startswith("tournament ") for c in runs) and runs.shape[1] > 1:
             tests = against(runs, hold)
     budgets = {"pendulum": f"pendulum {BUDGETS['pendulum'][size].total:,} env steps",
-               "stocks": f"stocks {BUDGETS['stocks'][size].total:,} per window x {STOCK_WINDOWS[size]}"}
+               "stocks": f"stocks {BUDGETS['stocks'][size].total:,} per window x {STOCK_WINDOWS[size]}",
+               "planted": f"planted {BUDGETS['planted'][size].total:,}"}
     print(f"\nsize={size}, {args.seeds} seeds, {PODS} pods; per arm and seed: "
           + ", ".join(budgets[t] for t in args.tasks)
           + f"; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print("test: pendulum = mean return on 64 held-out start states; stocks = Sharpe of the stitched "
-          f"walk-forward ({STOCK_WINDOWS[size]} one-year out-of-sample windows)")
+          f"walk-forward ({STOCK_WINDOWS[size]} one-year out-of-sample windows); planted = Sharpe on the test years, "
+          "true = true Sharpe on a fresh 12-year sample")
     print(f"valid (every arm's selection score, fitness={options.get('fitness', 'auto')!r}): "
           + "; ".join(f"{t} = {validation_units(t, options.get('fitness', 'auto'))}" for t in args.tasks))
     print(summarize(results).to_string(float_format=lambda x: f"{x:.3g}"))
@@ -373,12 +464,14 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         if len(group) > 2 and group["valid"].nunique() > 1 and group["test"].nunique() > 1:
             rho = group["valid"].corr(group["test"], method="spearman")
             print(f"{task}: rank correlation of validation and test score over the {len(group)} runs: {rho:.2f}")
+    if "true" in results:
+        print_truth(results[results.task == "planted"])
     if pbo is not None:
-        print(f"\nstocks PBO over {(results.task == 'stocks').sum()} trials (arm x seed walk-forwards, daily "
+        print(f"\n{results.task.iloc[-1]} PBO over {runs.shape[1]} trials (arm x seed runs, daily "
               f"out-of-sample returns, CSCV S=16): {pbo.pbo:.2f}; degradation slope {pbo.degradation_slope:.2f}; "
               f"P(OOS loss) {pbo.prob_oos_loss:.2f}")
     if tests is not None:
-        print("\nstocks, the tournament's out-of-sample returns against one pod and equal weight (annual Sharpe "
+        print(f"\n{results.task.iloc[-1]}, the tournament's out-of-sample returns against one pod and equal weight (annual Sharpe "
               "ratios; p: Ledoit-Wolf HAC, two-sided):")
         print(tests[0].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
         print("SPA (best tournament seed by mean return, 1,000 stationary-bootstrap resamples):")
@@ -386,9 +479,23 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     return results
 
 
+def print_truth(rows: pd.DataFrame) -> None:
+    """Planted markets: the tournament's true Sharpe ratio against each single pod's, paired by seed."""
+    true = rows.pivot(index="seed", columns="arm", values="true")
+    if "tournament" not in true:
+        return
+    print("\nplanted: true annual Sharpe ratio, tournament minus one pod, paired by seed "
+          "(mean, ± 95% t-interval, seeds ahead):")
+    for arm in (a for a in ("preset", "default") if a in true):
+        diff = (true["tournament"] - true[arm]).dropna()
+        half = scipy.stats.t.ppf(0.975, len(diff) - 1) * diff.std() / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
+        print(f"  against one pod ({arm}): {diff.mean():+.3f} ± {half:.3f}; tournament ahead in "
+              f"{int((diff > 0).sum())} of {len(diff)}")
+
+
 def validation_units(task: str, fitness: Any) -> str:
     """What the ``valid`` column holds for ``task`` under the tournament's ``fitness`` setting."""
-    spec = fitness if fitness != "auto" else fitness_for_task("stock_trading") if task == "stocks" else None
+    spec = fitness if fitness != "auto" else fitness_for_task("stock_trading") if task != "pendulum" else None
     built = make_fitness(spec)
     if isinstance(built, EvalReturn):
         return ("mean return on 32 start states" if task == "pendulum" else

@@ -80,3 +80,25 @@ def test_learner_bound_tiny_runs(capsys):
     for name in bench.CASES:  # one table row each, with the networks it measured
         assert any(line.startswith(f"{name} ") and "batch" in line for line in lines), name
     assert "load average before" in out and "Load average after" in out
+
+
+def test_tournament_vs_single_builds_the_planted_arms(capsys):
+    """``--tasks planted``: the arms' market holds the planted signal, its eval env is scored by the
+    trading default (the windowed fitness), the truth comes from a fresh sample; no training here."""
+    from finance import demo
+    from finance.planted import PLANTED_STRENGTHS, SIGNAL_FEATURE
+    from podracer.tournament.fitness import EvalReturn, make_fitness, resolve_auto
+
+    bench = script("tournament_vs_single")
+    market, fresh = bench.planted_markets("moderate")
+    assert market.ic == fresh.ic == PLANTED_STRENGTHS["moderate"]
+    assert list(market.features["train"].columns.get_level_values(0).unique()) == [SIGNAL_FEATURE]
+    assert len(fresh.expected_return["test"]) > 2_500  # 12 fresh years, not the arms' test years
+    day = market.close["test"].index[0]
+    assert (market.close["test"].loc[day] != fresh.close["test"].loc[day]).all()  # another draw of the market
+    env, valid = demo.train_env(market), demo.eval_env(market)
+    assert env.num_envs == demo.PRESET.num_envs and valid.num_envs == 1
+    assert not isinstance(make_fitness(resolve_auto("auto", lambda: valid), valid), EvalReturn)
+    with pytest.raises(SystemExit):  # both share one trials table: refused before any training
+        bench.main(["--tasks", "stocks", "planted", "--seeds", "2"])
+    assert "stocks or planted, not both" in capsys.readouterr().err

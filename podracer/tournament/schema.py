@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS entries (
     changes    TEXT    NOT NULL,            -- JSON {name: [parent value, new value]}
     env_steps  INTEGER NOT NULL,            -- Entry.global_step: env steps trained along the whole lineage
     wall_time  REAL    NOT NULL,            -- seconds this generation took (train + evaluate)
-    score      REAL    NOT NULL,            -- validation return (deterministic policy)
+    score      REAL    NOT NULL,            -- the fitness's score (see TournamentConfig.fitness)
     score_std  REAL,
     checkpoint TEXT    NOT NULL,            -- path relative to the store
     checksum   TEXT    NOT NULL,            -- sha256 of the checkpoint file
