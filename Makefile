@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test check lab docs site course bench rllib-venv install clean
 
-# The install re-runs only when the dependency files change (the stamp is newer otherwise). --no-compile: pip would
-# byte-compile every module it installs (half the install's CPU time, most of it modules never imported); Python
-# compiles a module the first time it is imported instead, once, and keeps the result.
+# The install re-runs only when the dependency files change (the stamp is newer otherwise). pip byte-compiles what it
+# installs: keep it so (--no-compile halves the install's CPU, but where PYTHONDONTWRITEBYTECODE is set every process
+# would compile torch from source again).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[all,dev,warp,teach,docs]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[all,dev,warp,teach,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
