@@ -164,3 +164,10 @@ def test_selection_power_split_mode_cuts_one_split_into_windows(capsys):
     one = table[table["scheme"].str.endswith("/ 1")]
     assert (one["false sep"] == "n/a").all()  # one window: no paired standard error, nothing separated
     assert "recommended" not in capsys.readouterr().out
+
+
+def test_consecutive_windows_with_no_window_are_refused_when_built():
+    with pytest.raises(ValueError, match="n_windows"):
+        ConsecutiveWindows(0, 252)
+    with pytest.raises(ValueError, match="window_size"):
+        ConsecutiveWindows(4, 1)
