@@ -119,7 +119,7 @@ class WindowedFitness:
         if self.annualize and self.score in _ANNUAL_POWER:
             what = f"annualised {what}" if self.score != "mean" else "annualised mean return"
         if self.scheme == "windows":
-            k = self.settings.get("n_windows", 4)
+            k = self.settings.get("n_windows", ConsecutiveWindows.n_windows)
             size = self.settings.get("window_size") or (self.scheme_for(n_obs).window_size if n_obs else None)
             return f"{what}, mean of {k} consecutive windows" + (f" of {size} days" if size else "")
         if self.scheme == "single":
