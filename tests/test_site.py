@@ -144,10 +144,17 @@ def test_site_in_a_browser(served):
             assert "make demo" in page.locator("article").inner_text()
 
             # Search: lunr in a worker, over the index built into the site.
+            # Material reads the query on a keyup, or once when its worker has built the index (its
+            # placeholder says "Initializing search" until then). `fill()` sends no keyup, so it only
+            # worked when the index came after it: a race, lost in a fresh-clone run (2026-12-08).
+            # Wait for the index, then type key by key; both waits are limits on a hang, not timings.
             page.locator("label.md-search__icon, .md-search__input").first.click()
-            page.locator(".md-search__input").fill("backtest")
+            page.wait_for_function(
+                "() => !document.querySelector('.md-search-result__meta').textContent.includes('Initializing')",
+                timeout=180_000)
+            page.locator(".md-search__input").press_sequentially("backtest")
             hits = page.locator(".md-search-result__item a")
-            hits.first.wait_for(timeout=30_000)
+            hits.first.wait_for(timeout=60_000)
             links = [hits.nth(i).get_attribute("href") for i in range(hits.count())]
             assert any("reference/finance.html" in link for link in links), links
 
