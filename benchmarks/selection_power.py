@@ -266,17 +266,24 @@ def ppo_replication(seed: int, strengths: dict[str, float], agents: int, steps: 
     return rows
 
 
-def true_skill(result: Any, expected_return: pd.DataFrame) -> float:
+def true_skill(result: Any, expected_return: pd.DataFrame, positions_on: str = "decision") -> float:
     """Annual Sharpe ratio of an agent's run with its P&L replaced by its conditional mean.
 
-    Under ``execution="next_close"`` the weights the backtest records on day t are held from close
-    t+1 to t+2; E[that return | day t] = E[expected_return[t+1] | day t], so the mean of
+    A ``StockTradingVecEnv`` backtest under ``execution="next_close"`` records the weights decided
+    on day t on day t (``positions_on="decision"``); they are held from close t+1 to t+2, and
+    E[that return | day t] = E[expected_return[t+1] | day t], so the mean of
     ``weights[t] . expected_return[t+1]`` is the agent's expected daily return, with the
     unpredictable part of the returns (most of the noise of a realised Sharpe ratio) averaged out.
+    A ``PortfolioVecEnv`` backtest records them on the fill day t+1 (``positions_on="fill"``), so
+    ``weights[t+1] . expected_return[t+1]``: the same sum, one row later.
     Costs, known once the trades are, are subtracted as paid; the result is divided by the realised
     standard deviation of the returns."""
+    if positions_on not in ("decision", "fill"):
+        raise ValueError(f"positions_on must be 'decision' (StockTradingVecEnv backtests) or 'fill' "
+                         f"(PortfolioVecEnv backtests), got {positions_on!r}")
     weights = result.weights()
-    pnl = (weights.shift(1) * expected_return.reindex(weights.index)).sum(axis=1)
+    held = weights.shift(1) if positions_on == "decision" else weights  # the weights held from close t to t+1
+    pnl = (held * expected_return.reindex(weights.index)).sum(axis=1)
     pnl -= result.costs / result.account_value  # a fraction of the account, paid at each day's close
     return float(pnl.iloc[2:].mean() / result.returns().std(ddof=1) * math.sqrt(YEAR))
 
