@@ -2,28 +2,16 @@
 planted signal (long-short target weights, no costs, short episodes; docs/results/selection_power.md),
 and the true skill of a ``PortfolioVecEnv`` backtest. No training here."""
 
-import importlib.util
 import inspect
 import math
 import pickle
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from finance.planted import PLANTED_STRENGTHS, planted_market, signal_sharpe
 from finance.portfolio_env import PortfolioVecEnv
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from test_benchmarks_run import script
 
 
 @pytest.fixture(scope="module")
