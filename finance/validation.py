@@ -119,12 +119,12 @@ class ConsecutiveWindows:
     label_horizon: int = 1
     name: str = "windows"
 
-    def __post_init__(self) -> None:  # refused when built, not first when used
-        check_int(self.n_windows, "n_windows", low=1)
-        check_int(self.window_size, "window_size", low=2)
+    def __post_init__(self) -> None:  # refused when built, not first when used; kept as plain ints
+        object.__setattr__(self, "n_windows", check_int(self.n_windows, "n_windows", low=1))
+        object.__setattr__(self, "window_size", check_int(self.window_size, "window_size", low=2))
 
     def splits(self, n_obs: int) -> list[Split]:
-        k, w = check_int(self.n_windows, "n_windows", low=1), check_int(self.window_size, "window_size", low=2)
+        k, w = self.n_windows, self.window_size
         n_obs = _need(n_obs, k * w + 1, f"ConsecutiveWindows({k} x {w})")
         out = []
         for j in range(k):
