@@ -10,6 +10,7 @@ from scipy import stats
 from finance import deflated_sharpe_ratio, probabilistic_sharpe_ratio
 from finance.validation import (SCORES, CombinatorialPurged, ConsecutiveWindows, SingleSplit, select, select_on,
                                 window_scores)
+from test_benchmarks_run import script
 
 
 def _rows(split):
@@ -131,21 +132,9 @@ def test_select_checks_its_arguments():
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def _selection_power_benchmark():
-    """benchmarks/selection_power.py, loaded from its file (benchmarks/ is not on the tests' path)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_power.py"
-    spec = importlib.util.spec_from_file_location("bench_selection_power", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 @pytest.mark.slow  # ~2 s on an idle core
 def test_selection_power_benchmark_runs_tiny(capsys):
-    bench = _selection_power_benchmark()
+    bench = script("selection_power")
     table = bench.main(["--reps", "1", "--strengths", "none,easy"])
     assert len(table) == 2 * len(bench.SCHEMES) * len(SCORES)
     none = table[table.strength == "none"]
@@ -156,7 +145,7 @@ def test_selection_power_benchmark_runs_tiny(capsys):
 
 @pytest.mark.slow  # ~1 s on an idle core
 def test_selection_power_split_mode_cuts_one_split_into_windows(capsys):
-    bench = _selection_power_benchmark()
+    bench = script("selection_power")
     table = bench.main(["--mode", "split", "--reps", "2", "--strengths", "none,easy"])
     assert len(table) == 2 * len(bench.VALID_SPANS) * len(bench.SPLIT_WINDOWS)
     assert list(table["scheme"][:4]) == ["2y / 1", "2y / 2", "2y / 4", "2y / 8"]
